@@ -1,0 +1,65 @@
+# inferline — `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.inferline-installed
+MODEL_REPOSITORY ?= build/model_repository
+DURATION ?= 60
+CONCURRENCY ?= 8
+PYTEST_ARGS ?=
+
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.PHONY: help setup model samples up down status demo test test-unit lint format bench bench-e2e clean
+
+help: ## list the targets
+	@echo "inferline — scale-out inference pipeline (see README.md)"
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e '.[local,dev]'
+	@touch $@
+
+setup: $(STAMP) ## create .venv with the pinned versions (idempotent, fast when nothing changed)
+	@$(PY) -m demo_client.samples .run/samples >/dev/null
+
+model: setup ## export EfficientNet-Lite0 to ONNX and write the Triton model repository (cached)
+	@$(PY) -m inferline_models --repository $(MODEL_REPOSITORY)
+
+up: model ## start the local stack in the background; returns when every service is ready
+	@$(PY) -m inferline_stack up --model-repository $(MODEL_REPOSITORY)
+
+down: ## stop everything the local stack started
+	@test -x $(PY) && $(PY) -m inferline_stack down || true
+
+status: ## show what runs, where, and whether it is healthy
+	@$(PY) -m inferline_stack status
+
+demo: up ## the whole pipeline locally plus the live demo client (DURATION=seconds, CONCURRENCY=n)
+	@$(PY) -m demo_client --duration $(DURATION) --concurrency $(CONCURRENCY)
+	@echo "the stack keeps running: 'make status' shows it, 'make down' stops it"
+
+test: model ## run every test (unit, service and end-to-end through the real Triton server)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: setup ## ruff (lint and format check) and mypy
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+
+format: setup ## apply ruff's formatting and safe fixes
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+bench: bench-e2e ## every benchmark
+
+bench-e2e: model ## model-only (ONNX Runtime) vs end-to-end images/s -> bench/results/e2e.json
+	$(PY) bench/e2e.py
+
+clean: down ## remove generated files (the venv stays)
+	rm -rf .run build

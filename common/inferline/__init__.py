@@ -1,0 +1,1 @@
+"""Code shared by every inferline process: config, logging, metrics, gRPC bootstrap, KServe."""

@@ -1,0 +1,55 @@
+"""One exception type for the whole pipeline, translated to a gRPC status once, at the boundary."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from tritonclient.utils import InferenceServerException
+
+
+class InferError(Exception):
+    """A request failed with a specific gRPC status and a message a person can act on."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"InferError({self.code.name}, {self.message!r})"
+
+
+def invalid(message: str) -> InferError:
+    return InferError(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def from_upstream(exc: InferenceServerException | grpc.RpcError, upstream: str) -> InferError:
+    """Translate an error from a downstream hop, keeping its status and naming the hop."""
+    if isinstance(exc, grpc.RpcError):
+        code = exc.code() if isinstance(exc, grpc.aio.AioRpcError | grpc.Call) else None
+        detail = exc.details() if isinstance(exc, grpc.aio.AioRpcError | grpc.Call) else str(exc)
+        return InferError(code or grpc.StatusCode.UNKNOWN, f"{upstream}: {detail}")
+    status = exc.status() or ""
+    code = getattr(grpc.StatusCode, status.removeprefix("StatusCode."), grpc.StatusCode.UNKNOWN)
+    if not isinstance(code, grpc.StatusCode):
+        code = grpc.StatusCode.UNKNOWN
+    return InferError(code, f"{upstream}: {exc.message()}")
+
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def grpc_boundary(method: F) -> F:
+    """Decorate a servicer method: an InferError becomes its gRPC status, nothing else leaks."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            return await method(self, request, context)
+        except InferError as exc:
+            await context.abort(exc.code, exc.message)
+
+    return wrapper  # type: ignore[return-value]

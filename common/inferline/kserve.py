@@ -1,0 +1,169 @@
+"""KServe v2 tensors <-> numpy, for servicers built on tritonclient's generated protocol.
+
+Inputs may arrive as ``raw_input_contents`` (what tritonclient sends) or typed ``contents``;
+outputs are always written as ``raw_output_contents``. BYTES elements are length-prefixed
+(4-byte little endian), as in Triton.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+from tritonclient.grpc import service_pb2
+from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
+
+from inferline.errors import invalid
+
+InferTensor = service_pb2.ModelInferRequest.InferInputTensor
+
+_CONTENTS_FIELD = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+def split_bytes(buffer: bytes) -> list[bytes]:
+    """Decode Triton's length-prefixed BYTES encoding; raises InferError when malformed."""
+    items: list[bytes] = []
+    offset, view = 0, memoryview(buffer)
+    while offset < len(view):
+        if offset + 4 > len(view):
+            raise invalid("malformed BYTES tensor: a length prefix is cut short")
+        (length,) = struct.unpack_from("<I", view, offset)
+        offset += 4
+        if offset + length > len(view):
+            raise invalid(
+                f"malformed BYTES tensor: element {len(items)} claims {length} bytes, "
+                f"{len(view) - offset} remain"
+            )
+        items.append(bytes(view[offset : offset + length]))
+        offset += length
+    return items
+
+
+def join_bytes(items: Iterable[bytes]) -> bytes:
+    return b"".join(struct.pack("<I", len(item)) + item for item in items)
+
+
+def np_dtype(datatype: str) -> np.dtype[np.generic]:
+    dtype = triton_to_np_dtype(datatype)
+    if dtype is None:
+        raise invalid(f"unknown datatype {datatype!r}")
+    return np.dtype(dtype)
+
+
+def input_array(request: service_pb2.ModelInferRequest, index: int) -> npt.NDArray[np.generic]:
+    """The ``index``-th input of ``request`` as a numpy array of its declared shape."""
+    tensor = request.inputs[index]
+    shape = tuple(int(d) for d in tensor.shape)
+    if any(d < 0 for d in shape):
+        raise invalid(f"input {tensor.name!r}: negative dimension in shape {list(shape)}")
+    count = int(np.prod(shape, dtype=np.int64))
+    if index < len(request.raw_input_contents):
+        raw = request.raw_input_contents[index]
+        if tensor.datatype == "BYTES":
+            array: npt.NDArray[np.generic] = np.array(split_bytes(raw) or [], dtype=np.object_)
+        else:
+            dtype = np_dtype(tensor.datatype)
+            if len(raw) != count * dtype.itemsize:
+                raise invalid(
+                    f"input {tensor.name!r}: {len(raw)} bytes do not match shape {list(shape)} "
+                    f"of {tensor.datatype} ({count * dtype.itemsize} bytes expected)"
+                )
+            array = np.frombuffer(raw, dtype=dtype)
+    else:
+        field = _CONTENTS_FIELD.get(tensor.datatype)
+        if field is None:
+            raise invalid(f"input {tensor.name!r}: datatype {tensor.datatype!r} is not supported")
+        values = list(getattr(tensor.contents, field))
+        if tensor.datatype == "BYTES":
+            array = np.array(values, dtype=np.object_)
+        else:
+            array = np.array(values, dtype=np_dtype(tensor.datatype))
+    if array.size != count:
+        raise invalid(
+            f"input {tensor.name!r}: {array.size} elements do not match shape {list(shape)}"
+        )
+    return array.reshape(shape)
+
+
+def find_input(
+    request: service_pb2.ModelInferRequest, name: str, datatype: str, hint: str
+) -> npt.NDArray[np.generic]:
+    """The input called ``name``, checked for ``datatype``; ``hint`` describes what is expected."""
+    names = [t.name for t in request.inputs]
+    if name not in names:
+        got = ", ".join(repr(n) for n in names) or "no inputs"
+        raise invalid(f"model {request.model_name!r} expects input {name!r} ({hint}); got {got}")
+    index = names.index(name)
+    if request.inputs[index].datatype != datatype:
+        raise invalid(
+            f"input {name!r} must be {datatype} ({hint}); got {request.inputs[index].datatype}"
+        )
+    return input_array(request, index)
+
+
+def add_output(
+    response: service_pb2.ModelInferResponse, name: str, array: npt.NDArray[np.generic]
+) -> None:
+    """Append ``array`` to ``response`` as output ``name`` (raw contents)."""
+    tensor = response.outputs.add()
+    tensor.name = name
+    tensor.shape.extend(array.shape)
+    if array.dtype == np.object_:
+        tensor.datatype = "BYTES"
+        items = (x if isinstance(x, bytes) else str(x).encode() for x in array.ravel())
+        response.raw_output_contents.append(join_bytes(items))
+    else:
+        tensor.datatype = np_to_triton_dtype(array.dtype)
+        response.raw_output_contents.append(np.ascontiguousarray(array).tobytes())
+
+
+def output_array(response: service_pb2.ModelInferResponse, name: str) -> npt.NDArray[np.generic]:
+    """Output ``name`` of ``response`` as numpy (raw contents)."""
+    for index, tensor in enumerate(response.outputs):
+        if tensor.name == name:
+            raw = response.raw_output_contents[index]
+            shape = tuple(int(d) for d in tensor.shape)
+            if tensor.datatype == "BYTES":
+                return np.array(split_bytes(raw), dtype=np.object_).reshape(shape)
+            return np.frombuffer(raw, dtype=np_dtype(tensor.datatype)).reshape(shape)
+    raise KeyError(name)
+
+
+def class_count(output: service_pb2.ModelInferRequest.InferRequestedOutputTensor) -> int:
+    """The classification extension's ``class_count`` for a requested output (0 when absent)."""
+    if "classification" not in output.parameters:
+        return 0
+    param = output.parameters["classification"]
+    kind = param.WhichOneof("parameter_choice")
+    value = int(getattr(param, kind)) if kind in ("int64_param", "uint64_param") else -1
+    if value < 0:
+        raise invalid(f"output {output.name!r}: classification must be a non-negative integer")
+    return value
+
+
+def classify(
+    probabilities: npt.NDArray[np.float32], k: int, labels: Sequence[str]
+) -> npt.NDArray[np.object_]:
+    """Top-``k`` of each row as Triton's classification strings ``b"score:index:label"``."""
+    k = min(k, probabilities.shape[-1])
+    top = np.argsort(-probabilities, axis=-1, kind="stable")[..., :k]
+    rows = [
+        [f"{row[i]:f}:{i}:{labels[i] if i < len(labels) else ''}".encode() for i in indices]
+        for row, indices in zip(probabilities, top, strict=True)
+    ]
+    return np.array(rows, dtype=np.object_).reshape(probabilities.shape[0], k)

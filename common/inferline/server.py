@@ -1,0 +1,124 @@
+"""grpcio aio server bootstrap: health, reflection, per-RPC metrics, graceful stop on SIGTERM.
+
+On SIGTERM or SIGINT every service is marked NOT_SERVING first (so load balancers stop sending
+new work), then the server stops with a bounded grace period for the calls in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from inferline.metrics import RpcMetrics
+
+logger = logging.getLogger(__name__)
+
+# One place for channel and server options: large tensors, keepalive that survives proxies.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+def server_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+def channel_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.keepalive_time_ms", 30000),
+        ("grpc.keepalive_permit_without_calls", 1),
+    ]
+
+
+Register = Callable[[grpc.aio.Server], None]
+
+
+@dataclass
+class RunningServer:
+    server: grpc.aio.Server
+    health: health.aio.HealthServicer
+    port: int
+    service_names: tuple[str, ...]
+
+    async def set_serving(self, serving: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", *self.service_names):
+            await self.health.set(name, status)
+
+    async def stop(self, grace: float) -> None:
+        """NOT_SERVING first, then stop, letting calls in flight finish within ``grace`` s."""
+        await self.set_serving(False)
+        await self.server.stop(grace)
+
+
+async def start_server(
+    name: str,
+    port: int,
+    register: Sequence[Register],
+    service_names: Sequence[str],
+    host: str = "0.0.0.0",
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
+) -> RunningServer:
+    """Start a server for ``name`` on ``port`` (0 picks a free one) and mark it SERVING."""
+    server = grpc.aio.server(
+        interceptors=[RpcMetrics(name)], options=server_options(max_message_bytes)
+    )
+    for add in register:
+        add(server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+    )
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise OSError(f"{name}: cannot listen on {host}:{port} (port in use?)")
+    await server.start()
+    running = RunningServer(server, health_servicer, bound, tuple(service_names))
+    await running.set_serving(True)
+    logger.info("%s serving gRPC on %s:%d", name, host, bound)
+    return running
+
+
+async def wait_for_signal() -> signal.Signals:
+    """Block until SIGTERM or SIGINT arrives; returns which."""
+    loop = asyncio.get_running_loop()
+    received: asyncio.Future[signal.Signals] = loop.create_future()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if not received.done():
+            received.set_result(sig)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        return await received
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(ValueError, RuntimeError):
+                loop.remove_signal_handler(sig)
+
+
+async def serve_until_signal(running: RunningServer, grace: float) -> None:
+    sig = await wait_for_signal()
+    logger.info("%s received: NOT_SERVING, stopping with %.1fs grace", sig.name, grace)
+    await running.stop(grace)
+    logger.info("stopped")

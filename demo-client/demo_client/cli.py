@@ -1,0 +1,309 @@
+"""``python -m demo_client``: drive load at the public endpoint and show images/s."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from rich.console import Console
+from tritonclient.utils import InferenceServerException
+
+from demo_client.classify import classify, format_prediction
+from demo_client.client import NotReadyError, describe, open_clients, wait_ready
+from demo_client.load import LoadConfig, run_load
+from demo_client.samples import DEFAULT_DEST, SamplesError, build_samples, image_files
+from demo_client.stats import Recorder, Summary
+from demo_client.view import LiveView, RunInfo, summary_table
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # every request failed, a file could not be classified, no images
+EXIT_USAGE = 2  # argparse's own
+EXIT_NOT_READY = 3  # the server never answered, or never became ready
+EXIT_INTERRUPTED = 130
+
+DEFAULT_TARGET = "localhost:8080"
+DEFAULT_DURATION_S = 30.0
+
+
+class UserError(Exception):
+    """A problem the user can fix; printed without a traceback."""
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line."""
+    parser = argparse.ArgumentParser(
+        prog="python -m demo_client",
+        description="Send images to inferline's public endpoint (KServe v2 gRPC) and show "
+        "images/s and latency live; or classify a few files.",
+    )
+    add = parser.add_argument
+    add(
+        "--target",
+        metavar="HOST:PORT",
+        default=os.environ.get("INFERLINE_TARGET", DEFAULT_TARGET),
+        help="host:port of the endpoint (env INFERLINE_TARGET; default %(default)s)",
+    )
+    add("--model", metavar="NAME", default="classifier", help="model name (default %(default)s)")
+    add(
+        "--images",
+        metavar="DIR",
+        type=Path,
+        default=DEFAULT_DEST,
+        help="directory of JPEG/PNG files to send, built from bundled sample photos when it "
+        "does not exist (default %(default)s)",
+    )
+    add(
+        "--duration",
+        metavar="S",
+        type=_positive_float,
+        default=None,
+        help=f"seconds to run (default {DEFAULT_DURATION_S:g}, or unbounded with --count)",
+    )
+    add(
+        "--count",
+        metavar="N",
+        type=_positive_int,
+        default=None,
+        help="stop after this many requests",
+    )
+    add(
+        "--concurrency",
+        metavar="N",
+        type=_positive_int,
+        default=8,
+        help="requests in flight (default 8)",
+    )
+    add(
+        "--batch", metavar="N", type=_positive_int, default=1, help="images per request (default 1)"
+    )
+    add(
+        "--channels",
+        metavar="N",
+        type=_positive_int,
+        default=1,
+        help="gRPC channels (connections) to spread the workers over (default 1)",
+    )
+    add(
+        "--timeout",
+        metavar="S",
+        type=_positive_float,
+        default=10.0,
+        help="seconds per request (default 10)",
+    )
+    add(
+        "--wait",
+        metavar="S",
+        type=_non_negative_float,
+        default=60.0,
+        help="seconds to wait for the server and model to be ready (default 60)",
+    )
+    add("--json", action="store_true", help="no live view; print one JSON object at the end")
+    add(
+        "--classify",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help="instead of load, print the top classes of each FILE",
+    )
+    add(
+        "--top-k",
+        metavar="K",
+        type=_positive_int,
+        default=5,
+        help="classes per file for --classify (default 5)",
+    )
+    add("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    return parser
+
+
+def _error(message: str) -> None:
+    print(f"demo_client: error: {message}", file=sys.stderr)
+
+
+def _read_images(directory: Path) -> list[bytes]:
+    if not directory.exists():
+        print(f"building sample images in {directory}", file=sys.stderr)
+        try:
+            build_samples(directory)
+        except SamplesError as exc:
+            raise UserError(str(exc)) from exc
+    if not directory.is_dir():
+        raise UserError(f"--images {directory} is not a directory")
+    files = image_files(directory)
+    if not files:
+        raise UserError(f"no image files (.jpg, .png, …) in {directory}")
+    try:
+        return [f.read_bytes() for f in files]
+    except OSError as exc:
+        raise UserError(f"cannot read images in {directory}: {exc}") from exc
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
+    """Ctrl-C and SIGTERM end the run gracefully (the summary is still printed)."""
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        yield
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+
+
+async def _wait_ready(client: object, args: argparse.Namespace, console: Console | None) -> None:
+    if console is None:
+        await wait_ready(client, args.target, args.model, args.wait)
+        return
+    with console.status(f"waiting for {args.target} (model {args.model}) to be ready…"):
+        await wait_ready(client, args.target, args.model, args.wait)
+
+
+def _print_summary(summary: Summary, info: RunInfo, console: Console | None) -> None:
+    if console is None:
+        print(json.dumps({**summary.to_dict(), "target": info.target, "model": info.model}))
+    else:
+        console.print(summary_table(summary, info))
+
+
+async def load_command(args: argparse.Namespace) -> int:
+    """The load run: wait for the server, run, print the summary."""
+    images = _read_images(args.images)
+    duration = args.duration
+    if duration is None and args.count is None:
+        duration = DEFAULT_DURATION_S
+    config = LoadConfig(
+        model=args.model,
+        concurrency=args.concurrency,
+        batch=args.batch,
+        timeout_s=args.timeout,
+        duration_s=duration,
+        count=args.count,
+    )
+    info = RunInfo(
+        target=args.target,
+        model=args.model,
+        concurrency=args.concurrency,
+        batch=args.batch,
+        channels=args.channels,
+        duration_s=duration,
+        count=args.count,
+    )
+    console = None if args.json else Console()
+    recorder = Recorder(concurrency=args.concurrency, batch=args.batch)
+    stop = asyncio.Event()
+    async with open_clients(args.target, args.channels) as clients:
+        await _wait_ready(clients[0], args, console)
+        with _stop_on_signals(stop):
+            if console is None:
+                summary = await run_load(clients, config, images, recorder, stop)
+            else:
+                done = asyncio.Event()
+                view = asyncio.create_task(LiveView(recorder, info, console).run(done))
+                try:
+                    summary = await run_load(clients, config, images, recorder, stop)
+                finally:
+                    done.set()
+                    await view
+    _print_summary(summary, info, console)
+    if summary.errors and not summary.images:
+        codes = ", ".join(f"{code} x{n}" for code, n in summary.errors_by_code.items())
+        _error(f"every request to {args.target} failed ({codes}); -v shows why")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+async def classify_command(args: argparse.Namespace) -> int:
+    """Print the top-k classes of each file (or one JSON object with all of them)."""
+    failed = 0
+    results: dict[str, object] = {}
+    async with open_clients(args.target) as clients:
+        await _wait_ready(clients[0], args, None)
+        for path in args.classify:
+            try:
+                predictions = await classify(
+                    clients[0], args.model, path.read_bytes(), args.top_k, args.timeout
+                )
+            except OSError as exc:
+                _error(f"cannot read {path}: {exc.strerror or exc}")
+                failed += 1
+                continue
+            except InferenceServerException as exc:
+                _error(f"{path}: {describe(exc)}")
+                failed += 1
+                continue
+            except ValueError as exc:
+                _error(f"{path}: {exc}")
+                failed += 1
+                continue
+            if args.json:
+                results[str(path)] = [asdict(p) for p in predictions]
+            else:
+                print(path)
+                for p in predictions:
+                    print(f"  {format_prediction(p)}")
+    if args.json:
+        print(json.dumps(results))
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+async def amain(args: argparse.Namespace) -> int:
+    """Run the command that ``args`` asks for; map user errors to exit codes."""
+    try:
+        if args.classify:
+            return await classify_command(args)
+        return await load_command(args)
+    except NotReadyError as exc:
+        _error(str(exc))
+        return EXIT_NOT_READY
+    except UserError as exc:
+        _error(str(exc))
+        return EXIT_FAILED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return asyncio.run(amain(args))
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return EXIT_INTERRUPTED

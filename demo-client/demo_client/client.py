@@ -1,0 +1,87 @@
+"""KServe v2 gRPC clients: channels, readiness, and error names (the one place that knows them)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE
+from tritonclient.grpc.aio import InferenceServerClient
+from tritonclient.utils import InferenceServerException
+
+logger = logging.getLogger(__name__)
+
+POLL_INTERVAL_S = 0.25
+
+# Every channel gets its own connection (a local subchannel pool), so --channels N really
+# opens N HTTP/2 connections, which Envoy can balance. Reconnect backoff is capped low: a
+# stack that is still starting is retried every second, not after minutes of backoff.
+CHANNEL_ARGS: list[tuple[str, Any]] = [
+    ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
+    ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
+    ("grpc.use_local_subchannel_pool", 1),
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.min_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
+class NotReadyError(Exception):
+    """The server or the model did not become ready in time."""
+
+
+def status_name(exc: InferenceServerException) -> str:
+    """The gRPC status code name of a client error (``UNAVAILABLE``), or ``CLIENT_ERROR``."""
+    status = exc.status()
+    if not status:
+        return "CLIENT_ERROR"
+    return str(status).removeprefix("StatusCode.")
+
+
+def describe(exc: InferenceServerException) -> str:
+    """A one-line, human-readable account of a client error."""
+    message = exc.message() or str(exc)
+    return f"{status_name(exc)}: {message}"
+
+
+@asynccontextmanager
+async def open_clients(target: str, channels: int = 1) -> AsyncIterator[list[Any]]:
+    """``channels`` clients to ``target``, each with its own channel; closed on exit."""
+    clients = [
+        InferenceServerClient(url=target, channel_args=list(CHANNEL_ARGS)) for _ in range(channels)
+    ]
+    try:
+        yield clients
+    finally:
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+
+
+async def _check(client: Any, model: str, timeout_s: float) -> str | None:
+    """``None`` when server and model are ready, else why not."""
+    try:
+        if not await client.is_server_ready(client_timeout=timeout_s):
+            return "the server is not ready"
+        if not await client.is_model_ready(model, client_timeout=timeout_s):
+            return f"model {model!r} is not ready"
+    except InferenceServerException as exc:
+        return describe(exc)
+    return None
+
+
+async def wait_ready(client: Any, target: str, model: str, wait_s: float) -> None:
+    """Poll ServerReady and ModelReady until both say yes; ``NotReadyError`` after ``wait_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while True:
+        remaining = deadline - loop.time()
+        reason = await _check(client, model, timeout_s=min(max(remaining, 1.0), 5.0))
+        if reason is None:
+            return
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise NotReadyError(f"{target} is not ready after {wait_s:g} s ({reason})")
+        logger.debug("waiting for %s: %s", target, reason)
+        await asyncio.sleep(min(POLL_INTERVAL_S, remaining))

@@ -1,0 +1,154 @@
+"""Fixtures: an in-process fake KServe v2 server (port 0) and small image sets."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import zlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import cv2
+import grpc
+import numpy as np
+import numpy.typing as npt
+import pytest
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
+
+from demo_client.client import open_clients, wait_ready
+
+MODEL = "classifier"
+CLASSES = 1000
+BAD = b"BAD"  # images starting with this are rejected with INVALID_ARGUMENT
+SLOW = b"SLOW"  # images starting with this never get an answer (the client times out)
+
+
+def probabilities(image: bytes) -> npt.NDArray[np.float32]:
+    """Deterministic pseudo-probabilities for one image."""
+    rng = np.random.default_rng(zlib.crc32(image))
+    logits = rng.normal(size=CLASSES) * 3.0
+    exp = np.exp(logits - logits.max())
+    return np.asarray(exp / exp.sum(), dtype=np.float32)
+
+
+class FakeKServe(service_pb2_grpc.GRPCInferenceServiceServicer):
+    """Just enough of KServe v2 for the demo client: readiness and ``ModelInfer``."""
+
+    BAD = BAD
+    SLOW = SLOW
+
+    def __init__(self) -> None:
+        self.infer_calls = 0
+        self.infer_seen = asyncio.Event()  # set by every ModelInfer call
+        self.never = asyncio.Event()
+        self.peers: set[str] = set()  # client addresses (one per connection)
+
+    async def ServerLive(self, request: Any, context: Any) -> Any:
+        return service_pb2.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request: Any, context: Any) -> Any:
+        return service_pb2.ServerReadyResponse(ready=True)
+
+    async def ModelReady(self, request: Any, context: Any) -> Any:
+        return service_pb2.ModelReadyResponse(ready=request.name == MODEL)
+
+    async def ModelInfer(self, req: Any, context: Any) -> Any:
+        self.infer_calls += 1
+        self.infer_seen.set()
+        self.peers.add(context.peer())
+        if req.model_name != MODEL:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown model {req.model_name}")
+        names = [i.name for i in req.inputs]
+        if names != ["IMAGE"] or req.inputs[0].datatype != "BYTES":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "expected one BYTES input IMAGE")
+        images = list(deserialize_bytes_tensor(req.raw_input_contents[0]))
+        if any(image.startswith(SLOW) for image in images):
+            await self.never.wait()
+        bad = [i for i, image in enumerate(images) if image.startswith(BAD)]
+        if bad:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"image {bad[0]} does not decode")
+        probs = np.stack([probabilities(image) for image in images])
+        response = service_pb2.ModelInferResponse(model_name=MODEL, id=req.id)
+        outputs = list(req.outputs) or [req.InferRequestedOutputTensor(name="PROBABILITIES")]
+        for out in outputs:
+            k = (
+                out.parameters["classification"].int64_param
+                if "classification" in out.parameters
+                else 0
+            )
+            tensor = response.outputs.add(name=out.name)
+            if k:
+                top = np.argsort(-probs, axis=1)[:, :k]
+                entries = np.array(
+                    [
+                        [f"{probs[n, c]:f}:{c}:class {c}".encode() for c in row]
+                        for n, row in enumerate(top)
+                    ],
+                    dtype=np.object_,
+                )
+                tensor.datatype = "BYTES"
+                tensor.shape.extend([len(images), k])
+                response.raw_output_contents.append(serialize_byte_tensor(entries).item())
+            else:
+                tensor.datatype = "FP32"
+                tensor.shape.extend([len(images), CLASSES])
+                response.raw_output_contents.append(probs.tobytes())
+        return response
+
+
+@pytest.fixture(scope="session")
+async def fake() -> AsyncIterator[tuple[str, FakeKServe]]:
+    """A fake server on a free port, ready (checked by polling ServerReady/ModelReady)."""
+    server = grpc.aio.server()
+    servicer = FakeKServe()
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    target = f"127.0.0.1:{port}"
+    async with open_clients(target) as clients:
+        await wait_ready(clients[0], target, MODEL, wait_s=10.0)
+    yield target, servicer
+    await server.stop(None)
+
+
+@pytest.fixture
+def target(fake: tuple[str, FakeKServe]) -> str:
+    return fake[0]
+
+
+@pytest.fixture
+def unused_target() -> str:
+    """host:port where nothing listens."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"127.0.0.1:{port}"
+
+
+def write_image(path: Path, seed: int) -> Path:
+    """A small random JPEG or PNG (by suffix)."""
+    rng = np.random.default_rng(seed)
+    image = rng.integers(0, 256, size=(32, 48, 3), dtype=np.uint8)
+    ok, buf = cv2.imencode(path.suffix, image)
+    assert ok
+    path.write_bytes(buf.tobytes())
+    return path
+
+
+@pytest.fixture
+def good_images(tmp_path: Path) -> Path:
+    """Three decodable images."""
+    directory = tmp_path / "good"
+    directory.mkdir()
+    for i, name in enumerate(("a.jpg", "b.png", "c.jpg")):
+        write_image(directory / name, i)
+    return directory
+
+
+@pytest.fixture
+def mixed_images(good_images: Path) -> Path:
+    """Three good images and one the server rejects (so 1 request in 4 fails)."""
+    (good_images / "d_bad.jpg").write_bytes(BAD + b" not an image")
+    return good_images

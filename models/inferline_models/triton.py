@@ -1,0 +1,219 @@
+"""Serve the model repository's ONNX model with the real Triton server binary (PyTriton).
+
+`python -m inferline_models.triton --repository build/model_repository --model efficientnet_lite0`
+Runs until SIGTERM or SIGINT, then stops Triton (and its stub processes) before exiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import signal
+import socket
+import sys
+import sysconfig
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from inferline_models.binding import Binding
+from inferline_models.repository import MAX_QUEUE_DELAY_US, MODEL_NAME
+
+logger = logging.getLogger(__name__)
+
+LIVENESS_PERIOD_S = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Ports:
+    """Triton's listening ports."""
+
+    grpc: int = 8001
+    http: int = 8000
+    metrics: int = 8002
+
+
+def use_this_libpython() -> None:
+    """Make PyTriton's Python backend stub load this interpreter's libpython.
+
+    The stub links libpython3.X.so; found in the system library path it may be another build
+    whose stdlib does not match this one (pyenv, conda), and the model then fails to load.
+    tritonserver and its stubs inherit os.environ.
+    """
+    libdir = sysconfig.get_config_var("LIBDIR")
+    if not libdir:
+        return
+    current = os.environ.get("LD_LIBRARY_PATH", "")
+    if current.split(os.pathsep)[0] != libdir:
+        os.environ["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, current) if p)
+
+
+class StartupAborted(BaseException):
+    """Raised in the main thread by SIGTERM/SIGINT while Triton is still starting.
+
+    A BaseException, like KeyboardInterrupt, so that no `except Exception` in PyTriton eats it.
+    """
+
+
+def check_ports_free(address: str, ports: Ports) -> None:
+    """Fail fast by name: tritonserver exits on a busy port, but PyTriton waits 120 s for it."""
+    for name, port in dataclasses.asdict(ports).items():
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((address, port))
+            except OSError as e:
+                raise OSError(f"{name} port {address}:{port} is not available: {e}") from e
+
+
+class LocalTriton:
+    """The Triton server binary shipped by PyTriton, serving `bindings`; a context manager."""
+
+    def __init__(self, bindings: Sequence[Binding], ports: Ports, address: str = "0.0.0.0") -> None:
+        from pytriton.triton import Triton, TritonConfig
+
+        self._names = [b.name for b in bindings]
+        self._started = False
+        self._ports = ports
+        self._address = address
+        use_this_libpython()
+        self._triton = Triton(
+            config=TritonConfig(
+                grpc_address=address,
+                grpc_port=ports.grpc,
+                http_address=address,
+                http_port=ports.http,
+                metrics_port=ports.metrics,
+                strict_readiness=True,
+                exit_timeout_secs=10,
+            )
+        )
+        for b in bindings:
+            self._triton.bind(
+                model_name=b.name,
+                infer_func=list(b.infer_funcs),
+                inputs=list(b.inputs),
+                outputs=list(b.outputs),
+                config=b.config,
+                strict=True,
+            )
+
+    def start(self) -> None:
+        """Start tritonserver and load the models; returns once they are ready."""
+        check_ports_free(self._address, self._ports)
+        self._started = True
+        self._triton.run()
+        logger.info(
+            "Triton serving %s on %s: gRPC :%d, HTTP :%d, metrics :%d",
+            ", ".join(self._names),
+            self._address,
+            self._ports.grpc,
+            self._ports.http,
+            self._ports.metrics,
+        )
+
+    def wait(self, stop: threading.Event) -> bool:
+        """Block until `stop` is set (True) or Triton or a model dies on its own (False)."""
+        while not stop.wait(LIVENESS_PERIOD_S):
+            if not self._triton.is_alive():
+                logger.error("Triton or a model backend exited unexpectedly")
+                return False
+        return True
+
+    def close(self) -> None:
+        """Stop tritonserver (SIGINT, bounded wait) and remove PyTriton's workspace."""
+        if self._started:
+            logger.info("stopping Triton")
+        if self._triton.stop():
+            logger.info("Triton stopped")
+
+    def __enter__(self) -> LocalTriton:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m inferline_models.triton",
+        description="Serve a model repository's ONNX model (ONNX Runtime, CPU) with Triton.",
+    )
+    parser.add_argument("--repository", type=Path, default=Path("build/model_repository"))
+    parser.add_argument("--model", default=MODEL_NAME)
+    parser.add_argument("--address", default="0.0.0.0", help="gRPC and HTTP bind address")
+    parser.add_argument("--grpc-port", type=int, default=Ports.grpc)
+    parser.add_argument("--http-port", type=int, default=Ports.http)
+    parser.add_argument("--metrics-port", type=int, default=Ports.metrics)
+    parser.add_argument("--instances", type=_positive, default=1, help="model instances")
+    parser.add_argument(
+        "--threads", type=_positive, default=None, help="ONNX Runtime threads per instance (cores)"
+    )
+    parser.add_argument("--max-queue-delay-us", type=_non_negative, default=MAX_QUEUE_DELAY_US)
+    parser.add_argument("--log-level", default="INFO")
+    return parser.parse_args(argv)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("pytriton").setLevel(logging.WARNING)
+
+    stop = threading.Event()
+    starting = True
+
+    def on_signal(signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        logger.info("received %s", name)
+        first = not stop.is_set()
+        stop.set()
+        if starting and first:  # interrupt startup once; never interrupt the cleanup
+            raise StartupAborted(name)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    from inferline_models.onnx_backend import onnx_binding
+
+    try:
+        binding = onnx_binding(
+            args.repository,
+            args.model,
+            instances=args.instances,
+            threads=args.threads,
+            max_queue_delay_us=args.max_queue_delay_us,
+        )
+        ports = Ports(grpc=args.grpc_port, http=args.http_port, metrics=args.metrics_port)
+        with LocalTriton([binding], ports, address=args.address) as triton:
+            triton.start()
+            starting = False
+            return 0 if triton.wait(stop) else 1
+    except StartupAborted as e:
+        logger.info("startup aborted by %s", e)
+        return 0
+    except (OSError, ValueError) as e:
+        logger.error("cannot serve model %r from %s: %s", args.model, args.repository, e)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""middleman: the public KServe v2 API — validation, decoding, inference, post-processing."""

@@ -1,0 +1,64 @@
+"""Wires configuration to the stages and the gRPC server; used by __main__ and by tests."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from tritonclient.grpc import service_pb2_grpc
+
+from inferline.labels import load_labels
+from inferline.server import RunningServer, start_server
+from middleman.config import Config
+from middleman.pipeline import InProcessPreprocessor, Preprocessor, TritonUpstream
+from middleman.service import ClassifierService
+from preprocess.decode import Geometry, Limits
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME = "inference.GRPCInferenceService"
+
+
+@dataclass
+class Middleman:
+    server: RunningServer
+    preprocess: Preprocessor
+    upstream: TritonUpstream
+
+    async def stop(self, grace: float) -> None:
+        await self.server.stop(grace)
+        await self.preprocess.close()
+        await self.upstream.close()
+
+
+def make_preprocessor(config: Config) -> Preprocessor:
+    geometry = Geometry(config.resize, config.crop)
+    limits = Limits(config.max_image_bytes, config.max_pixels)
+    if config.preprocess_url:
+        raise NotImplementedError("remote preprocessing arrives with the preprocess service")
+    logger.info("decoding in process on %d threads", config.decode_threads)
+    return InProcessPreprocessor(geometry, limits, config.decode_threads)
+
+
+async def start(config: Config) -> Middleman:
+    preprocess = make_preprocessor(config)
+    upstream = TritonUpstream(
+        config.triton_url, config.triton_model, config.triton_input, config.triton_output
+    )
+    service = ClassifierService(
+        preprocess,
+        upstream,
+        load_labels(config.labels_file),
+        config.max_batch,
+        config.upstream_timeout_s,
+    )
+    server = await start_server(
+        "middleman",
+        config.port,
+        [lambda s: service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(service, s)],
+        [SERVICE_NAME],
+        host=config.host,
+        max_message_bytes=config.max_message_bytes,
+    )
+    logger.info("inference upstream %s model %s", config.triton_url, config.triton_model)
+    return Middleman(server, preprocess, upstream)

@@ -1,0 +1,101 @@
+"""The stages middleman calls: decoding (in process, or the preprocess service) and inference.
+
+Each stage is a small async callable, so a deployment picks in-process or remote decoding, and
+Triton, the batcher or Envoy for inference, by configuration alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+import grpc
+import numpy as np
+import numpy.typing as npt
+import tritonclient.grpc.aio as triton
+from prometheus_client import Counter
+from tritonclient.utils import InferenceServerException
+
+from inferline.errors import InferError, from_upstream, invalid
+from inferline.server import channel_options
+from preprocess.decode import DecodeError, Geometry, Limits, decode_image
+
+logger = logging.getLogger(__name__)
+
+DECODE_ERRORS = Counter(
+    "inferline_middleman_decode_errors_total", "Images refused by decoding, by kind", ["kind"]
+)
+
+Images = npt.NDArray[np.uint8]  # [N, 3, crop, crop]
+
+
+class Preprocessor(Protocol):
+    async def __call__(self, images: Sequence[bytes], time_left: float) -> Images: ...
+
+    async def close(self) -> None: ...
+
+
+class InProcessPreprocessor:
+    """Decodes on a thread pool in this process (OpenCV releases the GIL)."""
+
+    def __init__(self, geometry: Geometry, limits: Limits, threads: int) -> None:
+        self.geometry, self.limits = geometry, limits
+        self.executor = ThreadPoolExecutor(threads, thread_name_prefix="decode")
+
+    def _decode(self, index: int, data: bytes) -> npt.NDArray[np.uint8]:
+        try:
+            return decode_image(data, self.geometry, self.limits)
+        except DecodeError as exc:
+            DECODE_ERRORS.labels(exc.kind).inc()
+            raise invalid(f"image {index}: {exc}") from None
+
+    async def __call__(self, images: Sequence[bytes], time_left: float) -> Images:
+        loop = asyncio.get_running_loop()
+        tensors = await asyncio.gather(
+            *(loop.run_in_executor(self.executor, self._decode, i, d) for i, d in enumerate(images))
+        )
+        return np.stack(tensors)
+
+    async def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+class TritonUpstream:
+    """A KServe v2 model behind ``url``: Triton, the batcher, or Envoy in front of them."""
+
+    def __init__(self, url: str, model: str, input_name: str, output_name: str) -> None:
+        self.url, self.model = url, model
+        self.input_name, self.output_name = input_name, output_name
+        self.client = triton.InferenceServerClient(url, channel_args=channel_options())
+
+    async def infer(self, batch: Images, time_left: float) -> npt.NDArray[np.float32]:
+        tensor = triton.InferInput(self.input_name, list(batch.shape), "UINT8")
+        tensor.set_data_from_numpy(batch)
+        try:
+            result = await self.client.infer(
+                self.model,
+                [tensor],
+                outputs=[triton.InferRequestedOutput(self.output_name)],
+                client_timeout=time_left,
+            )
+        except InferenceServerException as exc:
+            raise from_upstream(exc, f"inference at {self.url}") from None
+        output = result.as_numpy(self.output_name)
+        if output is None or output.shape[0] != batch.shape[0]:
+            raise InferError(
+                grpc.StatusCode.INTERNAL,
+                f"inference at {self.url} returned no {self.output_name!r} for the batch",
+            )
+        return np.asarray(output, dtype=np.float32)
+
+    async def ready(self, time_left: float = 2.0) -> bool:
+        try:
+            return bool(await self.client.is_model_ready(self.model, client_timeout=time_left))
+        except InferenceServerException:
+            return False
+
+    async def close(self) -> None:
+        await self.client.close()

@@ -1,0 +1,68 @@
+import numpy as np
+import pytest
+
+from inferline import testing
+from preprocess.decode import DecodeError, Geometry, Limits, decode_image, probe, resize_crop
+
+GEOMETRY, LIMITS = Geometry(), Limits()
+
+
+@pytest.fixture(scope="module")
+def reference() -> np.ndarray:
+    return decode_image(testing.cat_jpeg(), GEOMETRY, LIMITS).astype(np.float32)
+
+
+def test_geometry_is_rgb_chw_uint8(reference: np.ndarray) -> None:
+    tensor = decode_image(testing.cat_jpeg(), Geometry(320, 288), LIMITS)
+    assert tensor.shape == (3, 288, 288) and tensor.dtype == np.uint8
+    # Chelsea is a ginger cat: red dominates blue on average, so the channels are RGB, not BGR.
+    assert reference[0].mean() > reference[2].mean() + 10
+
+
+def test_resize_crop_takes_the_centre() -> None:
+    # A 512x256 image whose left and right quarters are white: after scaling the shorter side
+    # to 256 and cropping the centre 224, no white may remain.
+    image = np.zeros((256, 512, 3), np.uint8)
+    image[:, :128] = image[:, 384:] = 255
+    assert resize_crop(image, GEOMETRY).max() == 0
+    tall = np.zeros((512, 256, 3), np.uint8)
+    tall[:128] = 255
+    assert resize_crop(tall, GEOMETRY).max() == 0
+
+
+@pytest.mark.parametrize("name", sorted(testing.UNUSUAL))
+def test_unusual_images_decode_like_the_original(name: str, reference: np.ndarray) -> None:
+    tensor = decode_image(testing.UNUSUAL[name](), GEOMETRY, LIMITS).astype(np.float32)
+    assert tensor.shape == (3, 224, 224)
+    # Compare luminance (grayscale has no colour); EXIF rotation undone, alpha dropped, 16 bit
+    # scaled: all land within a few grey levels of the baseline JPEG.
+    assert np.abs(tensor.mean(0) - reference.mean(0)).mean() < 8
+
+
+@pytest.mark.parametrize(
+    ("data", "kind", "words"),
+    [
+        (b"", "empty", "0 bytes"),
+        (b"hello, this is text", "unrecognised", "not a recognised image"),
+        (bytes(range(256)) * 8, "unrecognised", "not a recognised image"),
+        (testing.truncated_jpeg(), "truncated", "truncated JPEG"),
+        (testing.huge_header_jpeg(), "too_many_pixels", "65000x65000"),
+        (testing.png_bomb(), "too_many_pixels", "max_pixels"),
+    ],
+)
+def test_bad_input_is_refused_with_a_reason(data: bytes, kind: str, words: str) -> None:
+    with pytest.raises(DecodeError) as caught:
+        decode_image(data, GEOMETRY, LIMITS)
+    assert caught.value.kind == kind
+    assert words in str(caught.value)
+
+
+def test_byte_limit_names_the_limit() -> None:
+    data = testing.cat_jpeg()
+    with pytest.raises(DecodeError, match=r"the limit \(max_bytes\) is 1000"):
+        probe(data, Limits(max_bytes=1000))
+
+
+def test_geometry_validates() -> None:
+    with pytest.raises(ValueError, match="crop"):
+        Geometry(resize=200, crop=224)

@@ -1,0 +1,1 @@
+"""The local stack: every inferline process started on this machine, with pids and logs in .run/."""

@@ -1,0 +1,75 @@
+"""End to end through the public endpoint: middleman -> real Triton -> real EfficientNet-Lite0."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+import tritonclient.grpc as triton
+
+from inferline import testing
+
+pytestmark = pytest.mark.e2e
+
+
+def classify(url: str, images: list[bytes], class_count: int = 3) -> npt.NDArray[Any]:
+    with triton.InferenceServerClient(url) as client:
+        tensor = triton.InferInput("IMAGE", [len(images)], "BYTES")
+        tensor.set_data_from_numpy(np.array(images, dtype=np.object_))
+        output = triton.InferRequestedOutput("PROBABILITIES", class_count=class_count)
+        result = client.infer("classifier", [tensor], outputs=[output])
+        return np.asarray(result.as_numpy("PROBABILITIES"))
+
+
+def top_indices(row: npt.NDArray[Any]) -> list[int]:
+    return [int(item.split(b":")[1]) for item in row]
+
+
+def test_a_cat_photo_is_a_cat(public_url: str) -> None:
+    top3 = classify(public_url, [testing.cat_jpeg()])
+    assert top3.shape == (1, 3)
+    assert set(top_indices(top3[0])) & set(testing.CAT_CLASSES), top3
+
+
+def test_classification_strings_are_score_index_label(public_url: str) -> None:
+    (row,) = classify(public_url, [testing.encode(testing.photo("coffee"))], class_count=5)
+    scores = [float(item.split(b":")[0]) for item in row]
+    assert scores == sorted(scores, reverse=True) and 0 < scores[0] <= 1
+    assert row[0].split(b":", 2)[2] in (b"espresso", b"cup", b"coffee mug")
+
+
+def test_probabilities_are_a_distribution_per_image(public_url: str) -> None:
+    with triton.InferenceServerClient(public_url) as client:
+        images = [testing.cat_jpeg(), testing.encode(testing.photo("coffee"))]
+        tensor = triton.InferInput("IMAGE", [2], "BYTES")
+        tensor.set_data_from_numpy(np.array(images, dtype=np.object_))
+        probs = client.infer("classifier", [tensor]).as_numpy("PROBABILITIES")
+    assert probs.shape == (2, 1000) and probs.dtype == np.float32
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-3)
+    assert int(probs[0].argmax()) in testing.CAT_CLASSES
+    assert int(probs[1].argmax()) not in testing.CAT_CLASSES
+
+
+@pytest.mark.parametrize("name", sorted(testing.UNUSUAL))
+def test_unusual_images_classify_normally(public_url: str, name: str) -> None:
+    top3 = classify(public_url, [testing.UNUSUAL[name]()])
+    assert set(top_indices(top3[0])) & set(testing.CAT_CLASSES), (name, top3)
+
+
+def test_metadata_answers_as_triton_would(public_url: str) -> None:
+    with triton.InferenceServerClient(public_url) as client:
+        assert client.is_server_live() and client.is_server_ready()
+        assert client.is_model_ready("classifier")
+        assert not client.is_model_ready("no_such_model")
+        assert "classification" in client.get_server_metadata().extensions
+        meta = client.get_model_metadata("classifier")
+        assert [(t.name, t.datatype, list(t.shape)) for t in meta.inputs] == [
+            ("IMAGE", "BYTES", [-1])
+        ]
+        assert [(t.name, t.datatype, list(t.shape)) for t in meta.outputs] == [
+            ("PROBABILITIES", "FP32", [-1, 1000])
+        ]
+        config = client.get_model_config("classifier").config
+        assert config.name == "classifier" and config.max_batch_size > 0
