@@ -7,8 +7,8 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
-from inferline_models.export import STAMP_FILE, _replace_dir, is_fresh, stamp
 from inferline.labels import imagenet_labels
+from inferline_models.export import STAMP_FILE, _replace_dir, is_fresh, stamp
 from inferline_models.repository import load_spec, model_dir, onnx_path, render_config
 
 
