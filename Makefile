@@ -10,10 +10,11 @@ MODEL_REPOSITORY ?= build/model_repository
 DURATION ?= 60
 CONCURRENCY ?= 8
 PYTEST_ARGS ?=
+BENCH_DURATION ?= 10
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup model samples up down status demo test test-unit lint format bench bench-e2e clean
+.PHONY: help setup model samples up down status demo test test-unit lint format bench bench-e2e bench-preprocess bench-gpu-preprocess clean
 
 help: ## list the targets
 	@echo "inferline — scale-out inference pipeline (see README.md)"
@@ -56,10 +57,16 @@ format: setup ## apply ruff's formatting and safe fixes
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
-bench: bench-e2e ## every benchmark
+bench: bench-e2e bench-preprocess ## every benchmark
 
 bench-e2e: model ## model-only (ONNX Runtime) vs end-to-end images/s -> bench/results/e2e.json
 	$(PY) bench/e2e.py
 
 clean: down ## remove generated files (the venv stays)
 	rm -rf .run build
+
+bench-preprocess: setup ## preprocess backends vs a plain OpenCV loop; in process vs gRPC -> bench/results/preprocess.json
+	$(PY) bench/preprocessing.py --duration $(BENCH_DURATION)
+
+bench-gpu-preprocess: setup ## on a GPU machine: DALI mixed decode at batch 64 (1080p) and agreement; skips elsewhere
+	$(PY) bench/gpu_preprocess.py

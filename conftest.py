@@ -44,6 +44,8 @@ def stack(
         model_repository=str(model_repository),
         public_port=free_port(),
         middleman_metrics_port=free_port(),
+        preprocess_port=free_port(),
+        preprocess_metrics_port=free_port(),
         triton_grpc_port=free_port(),
         triton_http_port=free_port(),
         triton_metrics_port=free_port(),

@@ -33,6 +33,8 @@ def local_stack(run_dir: Path, **overrides: Any) -> Iterator[StackConfig]:
         for name in (
             "public_port",
             "middleman_metrics_port",
+            "preprocess_port",
+            "preprocess_metrics_port",
             "triton_grpc_port",
             "triton_http_port",
             "triton_metrics_port",

@@ -2,7 +2,8 @@
 
 1. ONNX Runtime in this process on the exported model, batches of ``concurrency`` images
    (what Triton's dynamic batcher can at best form at that concurrency): the ceiling here.
-2. The demo client through middleman + Triton at the same concurrency, for the same images.
+2. The demo client through middleman + Triton at the same concurrency, for the same images,
+   decoding in middleman's process ("pipeline") and then at the preprocess service over gRPC.
 
 Writes bench/results/e2e.json with model_only_images_per_s, pipeline_images_per_s and ratio.
 """
@@ -61,11 +62,14 @@ def main() -> None:
         ceiling = model_only(args.repository, images, args.concurrency, args.duration)
     console.print(f"model only: {ceiling:.1f} images/s")
 
-    run_dir = tempfile.mkdtemp(prefix="inferline-bench-")
-    with local_stack(Path(run_dir), model_repository=str(args.repository)) as stack:
-        target = f"127.0.0.1:{stack.public_port}"
-        demo_client(target, 3, args.concurrency)  # warm-up: connections, thread pools
-        pipeline = demo_client(target, args.duration, args.concurrency)
+    pipelines = {}
+    for decode in ("inprocess", "service"):
+        run_dir = Path(tempfile.mkdtemp(prefix="inferline-bench-"))
+        with local_stack(run_dir, model_repository=str(args.repository), decode=decode) as stack:
+            target = f"127.0.0.1:{stack.public_port}"
+            demo_client(target, 3, args.concurrency)  # warm-up: connections, thread pools
+            pipelines[decode] = demo_client(target, args.duration, args.concurrency)
+    pipeline, remote = pipelines["inprocess"], pipelines["service"]
 
     result = {
         "model_only_images_per_s": round(ceiling, 1),
@@ -74,6 +78,10 @@ def main() -> None:
         "pipeline_p50_ms": round(pipeline["p50_ms"], 1),
         "pipeline_p99_ms": round(pipeline["p99_ms"], 1),
         "pipeline_errors": pipeline["errors"],
+        "with_preprocess_service_images_per_s": round(remote["images_per_s"], 1),
+        "with_preprocess_service_ratio": round(remote["images_per_s"] / ceiling, 3),
+        "with_preprocess_service_p50_ms": round(remote["p50_ms"], 1),
+        "with_preprocess_service_errors": remote["errors"],
         "concurrency": args.concurrency,
         "duration_s": args.duration,
         "images": len(images),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -49,6 +49,26 @@ def grpc_boundary(method: F) -> F:
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         try:
             return await method(self, request, context)
+        except InferError as exc:
+            await context.abort(exc.code, exc.message)
+
+    return wrapper  # type: ignore[return-value]
+
+
+S = TypeVar("S", bound=Callable[..., AsyncIterator[Any]])
+
+
+def grpc_stream_boundary(method: S) -> S:
+    """:func:`grpc_boundary` for a streaming method (an async generator): an InferError ends
+    the stream with its status; the responses already sent stay sent."""
+
+    @functools.wraps(method)
+    async def wrapper(
+        self: Any, requests: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Any]:
+        try:
+            async for response in method(self, requests, context):
+                yield response
         except InferError as exc:
             await context.abort(exc.code, exc.message)
 

@@ -167,3 +167,13 @@ def classify(
         for row, indices in zip(probabilities, top, strict=True)
     ]
     return np.array(rows, dtype=np.object_).reshape(probabilities.shape[0], k)
+
+
+def parameters(request: service_pb2.ModelInferRequest) -> dict[str, bool | int | float | str]:
+    """A request's ``parameters`` map as plain Python values."""
+    values: dict[str, bool | int | float | str] = {}
+    for key, param in request.parameters.items():
+        kind = param.WhichOneof("parameter_choice")
+        if kind is not None:
+            values[key] = getattr(param, kind)
+    return values

@@ -6,9 +6,13 @@ Everything is generated in memory from photos that ship inside PyPI packages (sc
 from __future__ import annotations
 
 import io
+import shutil
 import struct
+import subprocess
+import tempfile
 import zlib
 from collections.abc import Callable
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -122,3 +126,70 @@ def png_bomb(side: int = 12000) -> bytes:
     return (
         b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
     )
+
+
+def corrupt_png() -> bytes:
+    """The cat as PNG with its compressed pixels scrambled: the header and IEND are intact, so
+    only the decoder itself can tell."""
+    data = bytearray(encode(photo(), "PNG"))
+    start = data.find(b"IDAT") + 4 + 64
+    for i in range(start, start + 4096):
+        data[i] ^= 0x5A
+    return bytes(data)
+
+
+# -- video ----------------------------------------------------------------------------------
+
+FFMPEG = shutil.which("ffmpeg")
+
+# name -> (container, how it is made); "cv2" needs nothing beyond OpenCV, "ffmpeg" the CLI.
+VIDEO_CODECS: dict[str, tuple[str, str]] = {
+    "mpeg4_mp4": ("mp4", "cv2:mp4v"),
+    "vp9_webm": ("webm", "cv2:VP90"),
+    "vp9_mkv": ("mkv", "cv2:VP90"),
+    "h264_mp4": ("mp4", "ffmpeg:libx264"),
+    "h265_mkv": ("mkv", "ffmpeg:libx265"),
+}
+
+
+def video_frames(count: int, width: int = 320, height: int = 240) -> list[npt.NDArray[np.uint8]]:
+    """``count`` RGB frames of the cat photo, panning a few pixels per frame."""
+    base = np.asarray(cv2.resize(photo(), (width + count * 2, height)), np.uint8)
+    return [np.ascontiguousarray(base[:, 2 * i : 2 * i + width]) for i in range(count)]
+
+
+def make_video(
+    codec: str, frames: list[npt.NDArray[np.uint8]] | None = None, fps: float = 10.0
+) -> bytes:
+    """Encode ``frames`` (default: 30 panning cat frames) as ``codec`` (a VIDEO_CODECS key).
+
+    Raises LookupError when this machine cannot make that codec (no ffmpeg CLI).
+    """
+    container, how = VIDEO_CODECS[codec]
+    tool, name = how.split(":")
+    frames = video_frames(30) if frames is None else frames
+    height, width = frames[0].shape[:2]
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"video.{container}"
+        if tool == "cv2":
+            writer = cv2.VideoWriter(str(path), cv2.VideoWriter.fourcc(*name), fps, (width, height))
+            if not writer.isOpened():
+                raise LookupError(f"OpenCV cannot write {codec} here")
+            for frame in frames:
+                writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+            writer.release()
+        else:
+            if FFMPEG is None:
+                raise LookupError(f"{codec} needs the ffmpeg CLI (apt-get install ffmpeg)")
+            raw = b"".join(frame.tobytes() for frame in frames)
+            command = [
+                FFMPEG, "-hide_banner", "-loglevel", "error", "-f", "rawvideo",
+                "-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", f"{fps:g}", "-i", "-",
+                "-c:v", name, "-pix_fmt", "yuv420p", "-x265-params", "log-level=error",
+                str(path),
+            ]  # fmt: skip
+            if name != "libx265":
+                command.remove("-x265-params")
+                command.remove("log-level=error")
+            subprocess.run(command, input=raw, check=True)
+        return path.read_bytes()

@@ -24,7 +24,9 @@ def python(module: str, *args: str) -> list[str]:
 
 def services(config: StackConfig) -> list[Service]:
     triton = f"127.0.0.1:{config.triton_grpc_port}"
-    return [
+    preprocess = f"127.0.0.1:{config.preprocess_port}"
+    remote_decode = config.decode == "service"
+    started = [
         Service(
             name="triton",
             argv=python(
@@ -38,7 +40,23 @@ def services(config: StackConfig) -> list[Service]:
             address=triton,
             model=config.model,
             metrics=f"http://127.0.0.1:{config.triton_metrics_port}/metrics",
-        ),
+        )
+    ]
+    if remote_decode:
+        started.append(
+            Service(
+                name="preprocess",
+                argv=python("preprocess"),
+                address=preprocess,
+                model="preprocess",
+                env={
+                    "INFERLINE_PREPROCESS_PORT": str(config.preprocess_port),
+                    "INFERLINE_PREPROCESS_METRICS_PORT": str(config.preprocess_metrics_port),
+                },
+                metrics=f"http://127.0.0.1:{config.preprocess_metrics_port}/metrics",
+            )
+        )
+    started.append(
         Service(
             name="middleman",
             argv=python("middleman"),
@@ -49,7 +67,9 @@ def services(config: StackConfig) -> list[Service]:
                 "INFERLINE_MIDDLEMAN_METRICS_PORT": str(config.middleman_metrics_port),
                 "INFERLINE_MIDDLEMAN_TRITON_URL": triton,
                 "INFERLINE_MIDDLEMAN_TRITON_MODEL": config.model,
+                "INFERLINE_MIDDLEMAN_PREPROCESS_URL": preprocess if remote_decode else "",
             },
             metrics=f"http://127.0.0.1:{config.middleman_metrics_port}/metrics",
-        ),
-    ]
+        )
+    )
+    return started

@@ -10,9 +10,16 @@ from tritonclient.grpc import service_pb2_grpc
 from inferline.labels import load_labels
 from inferline.server import RunningServer, start_server
 from middleman.config import Config
-from middleman.pipeline import InProcessPreprocessor, Preprocessor, TritonUpstream
+from middleman.pipeline import (
+    InProcessPreprocessor,
+    Preprocessor,
+    RemotePreprocessor,
+    TritonUpstream,
+)
 from middleman.service import ClassifierService
+from middleman.video import FrameSource, InProcessFrames, RemoteFrames, VideoClassifier
 from preprocess.decode import Geometry, Limits
+from preprocess.video import Sampling, VideoLimits
 
 logger = logging.getLogger(__name__)
 
@@ -23,11 +30,17 @@ SERVICE_NAME = "inference.GRPCInferenceService"
 class Middleman:
     server: RunningServer
     preprocess: Preprocessor
+    frames: FrameSource
     upstream: TritonUpstream
+
+    @property
+    def port(self) -> int:
+        return self.server.port
 
     async def stop(self, grace: float) -> None:
         await self.server.stop(grace)
         await self.preprocess.close()
+        await self.frames.close()
         await self.upstream.close()
 
 
@@ -35,13 +48,39 @@ def make_preprocessor(config: Config) -> Preprocessor:
     geometry = Geometry(config.resize, config.crop)
     limits = Limits(config.max_image_bytes, config.max_pixels)
     if config.preprocess_url:
-        raise NotImplementedError("remote preprocessing arrives with the preprocess service")
+        logger.info("decoding at the preprocess service %s", config.preprocess_url)
+        return RemotePreprocessor(config.preprocess_url, limits, config.crop)
     logger.info("decoding in process on %d threads", config.decode_threads)
     return InProcessPreprocessor(geometry, limits, config.decode_threads)
 
 
+def make_frame_source(config: Config) -> FrameSource:
+    """Video frames from the preprocess service's preprocess_video, or decoded in process."""
+    if config.preprocess_url:
+        return RemoteFrames(config.preprocess_url, config.crop)
+    sampling = Sampling(  # every_n, when set, wins over fps
+        every_n=config.video_every_n,
+        fps=0.0 if config.video_every_n else config.video_fps,
+        max_samples=config.video_max_samples,
+    )
+    return InProcessFrames(
+        Geometry(config.resize, config.crop),
+        VideoLimits(
+            config.max_video_bytes,
+            config.max_video_pixels,
+            config.max_video_frames,
+            config.max_video_duration_s,
+        ),
+        sampling,
+        config.video_max_samples,
+        config.video_chunk_frames,
+        config.decode_threads,
+    )
+
+
 async def start(config: Config) -> Middleman:
     preprocess = make_preprocessor(config)
+    frames = make_frame_source(config)
     upstream = TritonUpstream(
         config.triton_url, config.triton_model, config.triton_input, config.triton_output
     )
@@ -51,6 +90,8 @@ async def start(config: Config) -> Middleman:
         load_labels(config.labels_file),
         config.max_batch,
         config.upstream_timeout_s,
+        VideoClassifier(frames, upstream, config.upstream_timeout_s),
+        config.video_top_k,
     )
     server = await start_server(
         "middleman",
@@ -61,4 +102,4 @@ async def start(config: Config) -> Middleman:
         max_message_bytes=config.max_message_bytes,
     )
     logger.info("inference upstream %s model %s", config.triton_url, config.triton_model)
-    return Middleman(server, preprocess, upstream)
+    return Middleman(server, preprocess, frames, upstream)

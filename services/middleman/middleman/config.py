@@ -19,14 +19,26 @@ class Config:
     triton_model: str = "efficientnet_lite0"
     triton_input: str = "INPUT"
     triton_output: str = "PROBS"
-    # Where decoding happens: "" decodes in this process; host:port calls a preprocess service.
+    # Where decoding happens: "" decodes in this process; host:port calls a preprocess service
+    # (models preprocess and preprocess_video), whose own settings then apply to geometry,
+    # limits and video sampling; crop must match its output.
     preprocess_url: str = ""
     decode_threads: int = 2
     resize: int = 256
     crop: int = 224
     max_batch: int = 64
-    max_image_bytes: int = 16 * 1024 * 1024
+    max_image_bytes: int = 16 * 1024 * 1024  # checked here on both paths (before sending)
     max_pixels: int = 40_000_000
+    # classifier_video, decoding in process: limits and default sampling (as preprocess's).
+    max_video_bytes: int = 32 * 1024 * 1024
+    max_video_pixels: int = 3840 * 2160
+    max_video_frames: int = 18_000
+    max_video_duration_s: float = 600.0
+    video_fps: float = 1.0
+    video_every_n: int = 0
+    video_max_samples: int = 256
+    video_chunk_frames: int = 16
+    video_top_k: int = 5  # classes per frame when a request names no output
     max_message_bytes: int = 64 * 1024 * 1024
     upstream_timeout_s: float = 30.0
     labels_file: str = ""
@@ -41,5 +53,23 @@ class Config:
         require(0 < self.crop <= self.resize, PREFIX, "crop", "must be > 0 and <= resize")
         require(self.max_image_bytes > 0, PREFIX, "max_image_bytes", "must be positive")
         require(self.max_pixels > 0, PREFIX, "max_pixels", "must be positive")
+        for name in ("max_video_bytes", "max_video_pixels", "max_video_frames",
+                     "max_video_duration_s", "video_max_samples", "video_chunk_frames",
+                     "video_top_k"):  # fmt: skip
+            require(getattr(self, name) > 0, PREFIX, name, "must be positive")
+        require(self.video_fps >= 0, PREFIX, "video_fps", "must be >= 0")
+        require(self.video_every_n >= 0, PREFIX, "video_every_n", "must be >= 0")
+        require(
+            self.video_fps > 0 or self.video_every_n > 0,
+            PREFIX,
+            "video_fps",
+            "video_fps or video_every_n must be positive (a default sampling)",
+        )
+        require(
+            self.max_video_bytes < self.max_message_bytes,
+            PREFIX,
+            "max_video_bytes",
+            "must be below max_message_bytes (a video arrives in one message)",
+        )
         require(self.upstream_timeout_s > 0, PREFIX, "upstream_timeout_s", "must be positive")
         require(self.grace_s >= 0, PREFIX, "grace_s", "must not be negative")

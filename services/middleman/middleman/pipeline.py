@@ -21,7 +21,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferline.errors import InferError, from_upstream, invalid
 from inferline.server import channel_options
-from preprocess.decode import DecodeError, Geometry, Limits, decode_image
+from preprocess.decode import DecodeError, Geometry, Limits, check_size, decode_image
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,58 @@ class InProcessPreprocessor:
 
     async def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+class RemotePreprocessor:
+    """Calls model ``preprocess`` of the preprocess service (or Envoy in front of several).
+
+    Per-image refusals come back in its ``ERRORS`` output and are raised exactly as the
+    in-process path raises them (INVALID_ARGUMENT, "image i: ..."). The byte limit is checked
+    here too, so an over-sized image is refused before it crosses the network.
+    """
+
+    MODEL = "preprocess"
+
+    def __init__(self, url: str, limits: Limits, crop: int) -> None:
+        self.url, self.limits, self.crop = url, limits, crop
+        self.client = triton.InferenceServerClient(url, channel_args=channel_options())
+
+    async def __call__(self, images: Sequence[bytes], time_left: float) -> Images:
+        for index, data in enumerate(images):
+            try:
+                check_size(data, self.limits)
+            except DecodeError as exc:
+                DECODE_ERRORS.labels(exc.kind).inc()
+                raise invalid(f"image {index}: {exc}") from None
+        tensor = triton.InferInput("IMAGE", [len(images)], "BYTES")
+        tensor.set_data_from_numpy(np.array(list(images), dtype=np.object_))
+        outputs = [triton.InferRequestedOutput("TENSOR"), triton.InferRequestedOutput("ERRORS")]
+        try:
+            result = await self.client.infer(
+                self.MODEL, [tensor], outputs=outputs, client_timeout=time_left
+            )
+        except InferenceServerException as exc:
+            raise from_upstream(exc, f"preprocess at {self.url}") from None
+        errors, batch = result.as_numpy("ERRORS"), result.as_numpy("TENSOR")
+        if errors is None or batch is None:
+            raise InferError(
+                grpc.StatusCode.INTERNAL, f"preprocess at {self.url} returned no TENSOR or ERRORS"
+            )
+        for index, message in enumerate(errors.ravel()):
+            if message:
+                DECODE_ERRORS.labels("remote").inc()
+                raise invalid(f"image {index}: {bytes(message).decode(errors='replace')}")
+        expected = [len(images), 3, self.crop, self.crop]
+        if list(batch.shape) != expected or batch.dtype != np.uint8:
+            raise InferError(
+                grpc.StatusCode.INTERNAL,
+                f"preprocess at {self.url} returned {batch.dtype} {list(batch.shape)}; expected "
+                f"uint8 {expected} (its CROP must equal INFERLINE_MIDDLEMAN_CROP)",
+            )
+        return np.asarray(batch)
+
+    async def close(self) -> None:
+        await self.client.close()
 
 
 class TritonUpstream:

@@ -2,7 +2,15 @@ import numpy as np
 import pytest
 
 from inferline import testing
-from preprocess.decode import DecodeError, Geometry, Limits, decode_image, probe, resize_crop
+from preprocess.decode import (
+    DecodeError,
+    Geometry,
+    Limits,
+    decode_image,
+    probe,
+    resize_crop,
+    shrink,
+)
 
 GEOMETRY, LIMITS = Geometry(), Limits()
 
@@ -66,3 +74,19 @@ def test_byte_limit_names_the_limit() -> None:
 def test_geometry_validates() -> None:
     with pytest.raises(ValueError, match="crop"):
         Geometry(resize=200, crop=224)
+
+
+def test_large_images_are_area_shrunk_before_the_warp() -> None:
+    # A 1-pixel checkerboard at 2048x2048: a plain bilinear warp to 256 would alias it into
+    # stripes; area-averaging first gives flat grey, as a camera would see it.
+    board = (np.indices((2048, 2048)).sum(0) % 2 * 255).astype(np.uint8)
+    tensor = resize_crop(np.dstack([board] * 3), GEOMETRY)
+    assert abs(float(tensor.mean()) - 127.5) < 1 and tensor.std() < 2
+    assert shrink(np.zeros((600, 1000, 3), np.uint8), GEOMETRY).shape == (300, 500, 3)
+    assert shrink(np.zeros((511, 1000, 3), np.uint8), GEOMETRY).shape == (511, 1000, 3)
+
+
+def test_corrupt_pixels_behind_a_valid_header_are_refused() -> None:
+    with pytest.raises(DecodeError) as caught:
+        decode_image(testing.corrupt_png(), GEOMETRY, LIMITS)
+    assert caught.value.kind == "corrupt"

@@ -1,0 +1,170 @@
+"""Model ``classifier_video``: a whole video in, one classified frame at a time out.
+
+Frames come from the preprocess service's ``preprocess_video`` stream, or are decoded in this
+process (the same core, :mod:`preprocess.video`); each chunk of frames is one inference call,
+and every frame becomes its own result as soon as its chunk is classified.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Protocol
+
+import grpc
+import numpy as np
+import numpy.typing as npt
+import tritonclient.grpc.aio as triton
+from tritonclient.utils import InferenceServerException
+
+from inferline.errors import InferError, from_upstream, invalid
+from inferline.server import channel_options
+from middleman.pipeline import TritonUpstream
+from preprocess.backends import read_chunks
+from preprocess.decode import DecodeError, Geometry
+from preprocess.video import CpuVideoReader, FrameChunk, Sampling, VideoLimits
+
+logger = logging.getLogger(__name__)
+
+# Request parameters that choose the sampling; forwarded to the preprocess service as they are.
+SAMPLING_PARAMETERS = ("every_n", "fps", "max_frames")
+
+
+class FrameSource(Protocol):
+    def __call__(
+        self, video: bytes, parameters: Mapping[str, object], time_left: float | None
+    ) -> AsyncIterator[FrameChunk]: ...
+
+    async def close(self) -> None: ...
+
+
+class InProcessFrames:
+    """Decodes and samples on this process's threads (OpenCV / FFmpeg)."""
+
+    def __init__(
+        self,
+        geometry: Geometry,
+        limits: VideoLimits,
+        sampling: Sampling,
+        max_samples: int,
+        chunk: int,
+        threads: int,
+    ) -> None:
+        self.geometry, self.limits, self.sampling = geometry, limits, sampling
+        self.max_samples, self.chunk = max_samples, chunk
+        self.executor = ThreadPoolExecutor(threads, thread_name_prefix="video")
+
+    async def __call__(
+        self, video: bytes, parameters: Mapping[str, object], time_left: float | None
+    ) -> AsyncIterator[FrameChunk]:
+        try:
+            sampling = self.sampling.with_parameters(parameters, self.max_samples)
+        except ValueError as exc:
+            raise invalid(f"video sampling: {exc}") from None
+        loop = asyncio.get_running_loop()
+
+        def open_reader() -> CpuVideoReader:
+            return CpuVideoReader(video, sampling, self.geometry, self.limits, self.chunk)
+
+        try:
+            reader = await loop.run_in_executor(self.executor, open_reader)
+            async for chunk, _ in read_chunks(reader, self.executor):
+                yield chunk
+        except DecodeError as exc:
+            raise invalid(f"video: {exc}") from None
+
+    async def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+class RemoteFrames:
+    """Streams ``preprocess_video`` from the preprocess service."""
+
+    MODEL = "preprocess_video"
+
+    def __init__(self, url: str, crop: int) -> None:
+        self.url, self.crop = url, crop
+        self.client = triton.InferenceServerClient(url, channel_args=channel_options())
+
+    async def __call__(
+        self, video: bytes, parameters: Mapping[str, object], time_left: float | None
+    ) -> AsyncIterator[FrameChunk]:
+        forwarded = {k: v for k, v in parameters.items() if k in SAMPLING_PARAMETERS}
+
+        async def requests() -> AsyncIterator[dict[str, object]]:
+            tensor = triton.InferInput("VIDEO", [1], "BYTES")
+            tensor.set_data_from_numpy(np.array([video], dtype=np.object_))
+            yield {"model_name": self.MODEL, "inputs": [tensor], "parameters": forwarded or None}
+
+        hop = f"preprocess at {self.url}"
+        stream = self.client.stream_infer(requests(), stream_timeout=time_left)
+        try:
+            async for result, error in stream:
+                if error is not None:
+                    raise InferError(grpc.StatusCode.INTERNAL, f"{hop}: {error.message()}")
+                chunk = self._chunk(result)
+                if len(chunk):
+                    yield chunk
+                final = result.get_response().parameters.get("triton_final_response")
+                if final is not None and final.bool_param:
+                    return
+        except (grpc.RpcError, InferenceServerException) as exc:
+            raise from_upstream(exc, hop) from None
+        finally:
+            stream.cancel()
+
+    def _chunk(self, result: triton.InferResult) -> FrameChunk:
+        indices = result.as_numpy("FRAME_INDEX")
+        stamps = result.as_numpy("TIMESTAMP")
+        tensors = result.as_numpy("TENSOR")
+        if indices is None or stamps is None or tensors is None:
+            raise InferError(
+                grpc.StatusCode.INTERNAL,
+                f"preprocess at {self.url} sent a chunk without FRAME_INDEX, TIMESTAMP or TENSOR",
+            )
+        if tensors.shape[1:] != (3, self.crop, self.crop):
+            raise InferError(
+                grpc.StatusCode.INTERNAL,
+                f"preprocess at {self.url} sent frames of shape {list(tensors.shape[1:])}; "
+                f"expected [3, {self.crop}, {self.crop}] (its CROP must equal "
+                "INFERLINE_MIDDLEMAN_CROP)",
+            )
+        return FrameChunk(
+            np.asarray(indices, np.int64), np.asarray(stamps, np.float64), np.asarray(tensors)
+        )
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+@dataclass(frozen=True)
+class ClassifiedFrame:
+    index: int
+    timestamp: float
+    probabilities: npt.NDArray[np.float32]  # [classes]
+    last: bool  # the video's last sampled frame
+
+
+class VideoClassifier:
+    def __init__(self, frames: FrameSource, upstream: TritonUpstream, timeout: float) -> None:
+        self.frames, self.upstream, self.timeout = frames, upstream, timeout
+
+    async def __call__(
+        self, video: bytes, parameters: Mapping[str, object], time_left: float | None
+    ) -> AsyncIterator[ClassifiedFrame]:
+        """Every sampled frame, classified, in order; the last one says so."""
+        held: ClassifiedFrame | None = None  # one frame back, to mark the last one
+        async for chunk in self.frames(video, parameters, time_left):
+            probabilities = await self.upstream.infer(chunk.tensors, self.timeout)
+            for i in range(len(chunk)):
+                if held is not None:
+                    yield held
+                held = ClassifiedFrame(
+                    int(chunk.indices[i]), float(chunk.timestamps[i]), probabilities[i], False
+                )
+        if held is None:
+            raise invalid("video: no frame was sampled")
+        yield ClassifiedFrame(held.index, held.timestamp, held.probabilities, True)

@@ -1,0 +1,115 @@
+"""Wires configuration to the backends and the gRPC server; used by __main__, tests and benches."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from tritonclient.grpc import service_pb2_grpc
+
+from inferline.server import RunningServer, start_server
+from preprocess import metrics
+from preprocess.backends import (
+    BackendSettings,
+    ImageBackend,
+    Machine,
+    VideoBackend,
+    choose,
+    create,
+    detect,
+)
+from preprocess.config import Config
+from preprocess.decode import Geometry, Limits
+from preprocess.service import PreprocessService, ServiceSettings
+from preprocess.video import Sampling, VideoLimits
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME = "inference.GRPCInferenceService"
+
+
+@dataclass
+class Preprocess:
+    server: RunningServer
+    service: PreprocessService
+    images: ImageBackend
+    video: VideoBackend
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def stop(self, grace: float) -> None:
+        await self.server.stop(grace)
+        self.service.close()
+        self.images.close()
+
+
+def backend_settings(config: Config) -> BackendSettings:
+    return BackendSettings(
+        geometry=Geometry(config.resize, config.crop),
+        limits=Limits(config.max_image_bytes, config.max_pixels),
+        video_limits=VideoLimits(
+            config.max_video_bytes,
+            config.max_video_pixels,
+            config.max_video_frames,
+            config.max_video_duration_s,
+        ),
+        workers=config.threads,
+        max_batch=config.max_batch,
+        gpu_pipelines=config.gpu_pipelines,
+        device_id=config.device_id,
+        video_chunk=config.video_chunk_frames,
+    )
+
+
+def default_sampling(config: Config) -> Sampling:
+    return Sampling(  # every_n, when set, wins over fps
+        every_n=config.video_every_n,
+        fps=0.0 if config.video_every_n else config.video_fps,
+        max_samples=config.video_max_samples,
+    )
+
+
+async def start(config: Config, machine: Machine | None = None) -> Preprocess:
+    """Choose and build the backends (raises BackendUnavailable), then serve on ``config.port``."""
+    machine = machine or detect()
+    name = choose(config.backend, machine)
+    settings = backend_settings(config)
+    images, video = await asyncio.to_thread(create, name, settings)  # builds DALI pipelines
+    logger.info(
+        "backend %s (configured %r; DALI %s, %d GPU(s) visible); video backend %s; "
+        "%d worker(s); output [N, 3, %d, %d] from shorter side %d",
+        images.name,
+        config.backend,
+        "installed" if machine.dali else "not installed",
+        machine.gpus,
+        video.name,
+        settings.workers,
+        config.crop,
+        config.crop,
+        config.resize,
+    )
+    metrics.BACKEND.labels(images.name, "image").set(1)
+    metrics.BACKEND.labels(video.name, "video").set(1)
+    service = PreprocessService(
+        images,
+        video,
+        ServiceSettings(
+            geometry=settings.geometry,
+            max_batch=config.max_batch,
+            sampling=default_sampling(config),
+            max_samples=config.video_max_samples,
+            video_threads=settings.workers,
+        ),
+    )
+    server = await start_server(
+        "preprocess",
+        config.port,
+        [lambda s: service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(service, s)],
+        [SERVICE_NAME],
+        host=config.host,
+        max_message_bytes=config.max_message_bytes,
+    )
+    return Preprocess(server, service, images, video)

@@ -1,0 +1,86 @@
+"""preprocess configuration: ``INFERLINE_PREPROCESS_*`` environment variables or flags."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from inferline.config import require
+
+PREFIX = "INFERLINE_PREPROCESS"
+
+BACKENDS = ("auto", "dali-gpu", "dali-cpu", "opencv")
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, which containers narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class Config:
+    host: str = "0.0.0.0"
+    port: int = 8091
+    metrics_port: int = 9181
+    # auto: dali-gpu when DALI sees a GPU, else dali-cpu when DALI is installed, else opencv.
+    backend: str = "auto"
+    # Decoding threads (opencv) or single-threaded DALI CPU pipelines; 0 = every usable core.
+    workers: int = 0
+    gpu_pipelines: int = 2  # dali-gpu: pipelines sharing the GPU (workers CPU threads in all)
+    device_id: int = 0  # dali-gpu: which CUDA device
+    resize: int = 256  # shorter side before the crop
+    crop: int = 224
+    max_batch: int = 64  # images per request (and the DALI pipelines' batch size)
+    max_image_bytes: int = 16 * 1024 * 1024
+    max_pixels: int = 40_000_000  # checked from the header before decoding
+    # Video (model preprocess_video): limits, checked from the container before decoding and
+    # again while decoding, since a header can lie.
+    max_video_bytes: int = 32 * 1024 * 1024
+    max_video_pixels: int = 3840 * 2160  # per frame
+    max_video_frames: int = 18_000  # frames in the video (10 min at 30 fps)
+    max_video_duration_s: float = 600.0
+    # Default sampling when a request names none: a target rate, or every Nth frame (wins).
+    video_fps: float = 1.0
+    video_every_n: int = 0
+    video_max_samples: int = 256  # frames returned per video, at most
+    video_chunk_frames: int = 16  # frames per streamed response
+    max_message_bytes: int = 64 * 1024 * 1024
+    grace_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        require(0 <= self.port < 65536, PREFIX, "port", "must be a TCP port (0 picks one)")
+        require(0 <= self.metrics_port < 65536, PREFIX, "metrics_port", "must be a TCP port")
+        require(
+            self.backend in BACKENDS, PREFIX, "backend", f"must be one of {', '.join(BACKENDS)}"
+        )
+        require(self.workers >= 0, PREFIX, "workers", "must be >= 0 (0 = every usable core)")
+        require(self.gpu_pipelines > 0, PREFIX, "gpu_pipelines", "must be at least 1")
+        require(self.device_id >= 0, PREFIX, "device_id", "must be >= 0")
+        require(0 < self.crop <= self.resize, PREFIX, "crop", "must be > 0 and <= resize")
+        require(self.max_batch > 0, PREFIX, "max_batch", "must be at least 1")
+        for name in ("max_image_bytes", "max_pixels", "max_video_bytes", "max_video_pixels",
+                     "max_video_frames", "max_video_duration_s", "video_max_samples",
+                     "video_chunk_frames", "max_message_bytes"):  # fmt: skip
+            require(getattr(self, name) > 0, PREFIX, name, "must be positive")
+        require(self.video_fps >= 0, PREFIX, "video_fps", "must be >= 0")
+        require(self.video_every_n >= 0, PREFIX, "video_every_n", "must be >= 0")
+        require(
+            self.video_fps > 0 or self.video_every_n > 0,
+            PREFIX,
+            "video_fps",
+            "video_fps or video_every_n must be positive (a default sampling)",
+        )
+        require(
+            self.max_video_bytes < self.max_message_bytes,
+            PREFIX,
+            "max_video_bytes",
+            "must be below max_message_bytes (a video arrives in one message)",
+        )
+        require(self.grace_s >= 0, PREFIX, "grace_s", "must not be negative")
+
+    @property
+    def threads(self) -> int:
+        return self.workers or usable_cores()

@@ -1,0 +1,288 @@
+"""The thin gRPC layer: KServe v2 models ``preprocess`` (images) and ``preprocess_video`` (stream).
+
+``preprocess``: ``IMAGE`` BYTES ``[N]`` -> ``TENSOR`` UINT8 ``[N, 3, crop, crop]`` and ``ERRORS``
+BYTES ``[N]`` (empty for a good image, the reason for a bad one; its ``TENSOR`` row is zeros).
+
+``preprocess_video`` (``ModelStreamInfer``): ``VIDEO`` BYTES ``[1]`` -> responses of up to
+``video_chunk_frames`` frames each: ``TENSOR`` UINT8 ``[k, 3, crop, crop]``, ``FRAME_INDEX``
+INT64 ``[k]``, ``TIMESTAMP`` FP64 ``[k]`` (seconds), then an empty response whose parameter
+``triton_final_response`` is true (Triton's decoupled-model convention). Request parameters
+``every_n`` / ``fps`` / ``max_frames`` choose the sampling. A refused video ends the stream
+with INVALID_ARGUMENT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import grpc
+import numpy as np
+import numpy.typing as npt
+from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
+
+from inferline import kserve
+from inferline.errors import InferError, grpc_boundary, grpc_stream_boundary, invalid
+from preprocess import metrics
+from preprocess.backends import ImageBackend, VideoBackend, read_chunks
+from preprocess.decode import DecodeError, Geometry
+from preprocess.video import FrameChunk, Sampling
+
+logger = logging.getLogger(__name__)
+
+MODEL = "preprocess"
+VIDEO_MODEL = "preprocess_video"
+MODELS = (MODEL, VIDEO_MODEL)
+IMAGE_HINT = "BYTES [N], each element one encoded JPEG, PNG, WebP, BMP or GIF file"
+VIDEO_HINT = "BYTES [1], one whole mp4, mkv or webm file"
+IMAGE_OUTPUTS = ("TENSOR", "ERRORS")
+VIDEO_OUTPUTS = ("TENSOR", "FRAME_INDEX", "TIMESTAMP")
+SERVER_NAME = "inferline-preprocess"
+VERSION = "0.1.0"
+
+Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    geometry: Geometry
+    max_batch: int
+    sampling: Sampling  # when a request names none
+    max_samples: int  # the most a request's max_frames may ask for
+    video_threads: int
+
+
+class PreprocessService(service_pb2_grpc.GRPCInferenceServiceServicer):
+    def __init__(
+        self, images: ImageBackend, video: VideoBackend, settings: ServiceSettings
+    ) -> None:
+        self.images, self.video, self.settings = images, video, settings
+        self.executor = ThreadPoolExecutor(settings.video_threads, thread_name_prefix="video")
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    # -- health and metadata ------------------------------------------------------------------
+
+    async def ServerLive(
+        self, request: service_pb2.ServerLiveRequest, context: Context
+    ) -> service_pb2.ServerLiveResponse:
+        return service_pb2.ServerLiveResponse(live=True)
+
+    async def ServerReady(
+        self, request: service_pb2.ServerReadyRequest, context: Context
+    ) -> service_pb2.ServerReadyResponse:
+        return service_pb2.ServerReadyResponse(ready=True)  # backends are built before serving
+
+    async def ServerMetadata(
+        self, request: service_pb2.ServerMetadataRequest, context: Context
+    ) -> service_pb2.ServerMetadataResponse:
+        return service_pb2.ServerMetadataResponse(
+            name=SERVER_NAME, version=VERSION, extensions=["model_configuration"]
+        )
+
+    async def ModelReady(
+        self, request: service_pb2.ModelReadyRequest, context: Context
+    ) -> service_pb2.ModelReadyResponse:
+        return service_pb2.ModelReadyResponse(
+            ready=request.name in MODELS and request.version in ("", "1")
+        )
+
+    @grpc_boundary
+    async def ModelMetadata(
+        self, request: service_pb2.ModelMetadataRequest, context: Context
+    ) -> service_pb2.ModelMetadataResponse:
+        _check_model(request.name, request.version, MODELS)
+        tensor = service_pb2.ModelMetadataResponse.TensorMetadata
+        crop = self.settings.geometry.crop
+        frames = tensor(name="TENSOR", datatype="UINT8", shape=[-1, 3, crop, crop])
+        if request.name == MODEL:
+            inputs = [tensor(name="IMAGE", datatype="BYTES", shape=[-1])]
+            outputs = [frames, tensor(name="ERRORS", datatype="BYTES", shape=[-1])]
+        else:
+            inputs = [tensor(name="VIDEO", datatype="BYTES", shape=[1])]
+            outputs = [
+                frames,
+                tensor(name="FRAME_INDEX", datatype="INT64", shape=[-1]),
+                tensor(name="TIMESTAMP", datatype="FP64", shape=[-1]),
+            ]
+        return service_pb2.ModelMetadataResponse(
+            name=request.name, versions=["1"], platform="inferline", inputs=inputs, outputs=outputs
+        )
+
+    @grpc_boundary
+    async def ModelConfig(
+        self, request: service_pb2.ModelConfigRequest, context: Context
+    ) -> service_pb2.ModelConfigResponse:
+        _check_model(request.name, request.version, MODELS)
+        crop = self.settings.geometry.crop
+        mc = model_config_pb2
+        if request.name == MODEL:
+            config = mc.ModelConfig(
+                name=MODEL,
+                platform="inferline",
+                max_batch_size=self.settings.max_batch,
+                input=[mc.ModelInput(name="IMAGE", data_type=mc.TYPE_STRING, dims=[1])],
+                output=[
+                    mc.ModelOutput(name="TENSOR", data_type=mc.TYPE_UINT8, dims=[3, crop, crop]),
+                    mc.ModelOutput(name="ERRORS", data_type=mc.TYPE_STRING, dims=[1]),
+                ],
+            )
+        else:
+            config = mc.ModelConfig(
+                name=VIDEO_MODEL,
+                platform="inferline",
+                max_batch_size=0,
+                input=[mc.ModelInput(name="VIDEO", data_type=mc.TYPE_STRING, dims=[1])],
+                output=[
+                    mc.ModelOutput(
+                        name="TENSOR", data_type=mc.TYPE_UINT8, dims=[-1, 3, crop, crop]
+                    ),
+                    mc.ModelOutput(name="FRAME_INDEX", data_type=mc.TYPE_INT64, dims=[-1]),
+                    mc.ModelOutput(name="TIMESTAMP", data_type=mc.TYPE_FP64, dims=[-1]),
+                ],
+                model_transaction_policy=mc.ModelTransactionPolicy(decoupled=True),
+            )
+        return service_pb2.ModelConfigResponse(config=config)
+
+    # -- images -------------------------------------------------------------------------------
+
+    @grpc_boundary
+    async def ModelInfer(
+        self, request: service_pb2.ModelInferRequest, context: Context
+    ) -> service_pb2.ModelInferResponse:
+        _check_model(request.model_name, request.model_version, MODELS)
+        if request.model_name == VIDEO_MODEL:
+            raise invalid(f"model {VIDEO_MODEL!r} streams its frames: call ModelStreamInfer")
+        wanted = _requested(request, IMAGE_OUTPUTS)
+        images = kserve.find_input(request, "IMAGE", "BYTES", IMAGE_HINT)
+        if images.ndim != 1 or not 0 < images.shape[0] <= self.settings.max_batch:
+            raise invalid(
+                f"input 'IMAGE' must have shape [N] with 1 <= N <= {self.settings.max_batch} "
+                f"(max_batch); got {list(images.shape)}"
+            )
+        items: list[bytes] = list(images)
+        start = time.perf_counter()
+        decoded = await self.images.decode(items)
+        backend = self.images.name
+        metrics.DECODE_SECONDS.labels(backend, "image").observe(time.perf_counter() - start)
+
+        response = service_pb2.ModelInferResponse(
+            model_name=MODEL, model_version="1", id=request.id
+        )
+        messages = [b"" if e is None else str(e).encode() for e in decoded.errors]
+        outputs: dict[str, npt.NDArray[Any]] = {
+            "TENSOR": decoded.tensors,
+            "ERRORS": np.array(messages, dtype=np.object_),
+        }
+        for name in wanted:
+            kserve.add_output(response, name, outputs[name])
+
+        failed = [e for e in decoded.errors if e is not None]
+        for error in failed:
+            metrics.ERRORS.labels(backend, "image", error.kind).inc()
+        metrics.IMAGES.labels(backend).inc(len(items) - len(failed))
+        metrics.BYTES_IN.labels(backend, "image").inc(sum(len(i) for i in items))
+        metrics.BYTES_OUT.labels(backend, "image").inc(decoded.tensors.nbytes)
+        return response
+
+    # -- video --------------------------------------------------------------------------------
+
+    @grpc_stream_boundary
+    async def ModelStreamInfer(
+        self, requests: AsyncIterator[service_pb2.ModelInferRequest], context: Context
+    ) -> AsyncIterator[service_pb2.ModelStreamInferResponse]:
+        async for request in requests:
+            async for response in self._video(request):
+                yield service_pb2.ModelStreamInferResponse(infer_response=response)
+
+    async def _video(
+        self, request: service_pb2.ModelInferRequest
+    ) -> AsyncIterator[service_pb2.ModelInferResponse]:
+        _check_model(request.model_name, request.model_version, MODELS)
+        if request.model_name != VIDEO_MODEL:
+            raise invalid(f"model {request.model_name!r} is not streamed: call ModelInfer")
+        wanted = _requested(request, VIDEO_OUTPUTS)
+        video = kserve.find_input(request, "VIDEO", "BYTES", VIDEO_HINT)
+        if video.shape != (1,):
+            raise invalid(f"input 'VIDEO' must have shape [1]; got {list(video.shape)}")
+        data: bytes = video[0]
+        try:
+            sampling = self.settings.sampling.with_parameters(
+                kserve.parameters(request), self.settings.max_samples
+            )
+        except ValueError as exc:
+            raise invalid(f"video sampling: {exc}") from None
+
+        loop = asyncio.get_running_loop()
+        backend = self.video.name
+        try:
+            reader = await loop.run_in_executor(self.executor, self.video.open, data, sampling)
+            backend = reader.backend
+            metrics.BYTES_IN.labels(backend, "video").inc(len(data))
+            logger.debug("video %r: %s, sampling %s", request.id, reader.header, sampling)
+            async for chunk, seconds in read_chunks(reader, self.executor):
+                metrics.DECODE_SECONDS.labels(backend, "video").observe(seconds)
+                metrics.FRAMES.labels(backend).inc(len(chunk))
+                metrics.BYTES_OUT.labels(backend, "video").inc(chunk.tensors.nbytes)
+                yield self._chunk_response(request, chunk, wanted, final=False)
+        except DecodeError as exc:
+            metrics.ERRORS.labels(backend, "video", exc.kind).inc()
+            raise invalid(f"video: {exc}") from None
+        yield self._chunk_response(request, self._no_frames(), wanted, final=True)
+
+    def _no_frames(self) -> FrameChunk:
+        crop = self.settings.geometry.crop
+        return FrameChunk(
+            np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros((0, 3, crop, crop), np.uint8)
+        )
+
+    @staticmethod
+    def _chunk_response(
+        request: service_pb2.ModelInferRequest,
+        chunk: FrameChunk,
+        wanted: Iterable[str],
+        final: bool,
+    ) -> service_pb2.ModelInferResponse:
+        response = service_pb2.ModelInferResponse(
+            model_name=VIDEO_MODEL, model_version="1", id=request.id
+        )
+        outputs: dict[str, npt.NDArray[Any]] = {
+            "TENSOR": chunk.tensors,
+            "FRAME_INDEX": chunk.indices,
+            "TIMESTAMP": chunk.timestamps,
+        }
+        for name in wanted:
+            kserve.add_output(response, name, outputs[name])
+        response.parameters["triton_final_response"].bool_param = final
+        return response
+
+
+def _check_model(name: str, version: str, models: tuple[str, ...]) -> None:
+    if name not in models:
+        raise InferError(
+            grpc.StatusCode.NOT_FOUND,
+            f"unknown model {name!r}: this server serves {', '.join(repr(m) for m in models)}",
+        )
+    if version not in ("", "1"):
+        raise InferError(grpc.StatusCode.NOT_FOUND, f"model {name!r} has no version {version!r}")
+
+
+def _requested(request: service_pb2.ModelInferRequest, names: tuple[str, ...]) -> list[str]:
+    """The outputs a request asks for, in its order; all of ``names`` when it names none."""
+    if not request.outputs:
+        return list(names)
+    wanted = []
+    for output in request.outputs:
+        if output.name not in names:
+            raise invalid(
+                f"unknown output {output.name!r}: model {request.model_name!r} has "
+                f"{', '.join(repr(n) for n in names)}"
+            )
+        wanted.append(output.name)
+    return wanted
