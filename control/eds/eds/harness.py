@@ -1,0 +1,356 @@
+"""Real processes on free ports for the control-plane tests and benchmarks.
+
+The real Envoy (rendered from the one template), the control plane (``python -m eds``) and
+probe backends (``python -m eds.probe``), each a process of its own with its log in a run
+directory; a :class:`Pool` scales a cluster the way the local stack's ``make scale`` does
+(start, wait for health, announce; to scale down: DRAINING, wait until Envoy has nothing in
+flight to it, stop, remove). Load comes from the demo client. The services do not use this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from demo_client.client import open_clients
+from demo_client.load import LoadConfig, run_load
+from demo_client.stats import Recorder, Summary
+from eds import envoy_admin, envoy_config, scaling
+from eds.cache import Endpoint, Health
+from eds.probe import STATS_MODEL
+from inferline import kserve
+
+logger = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Process:
+    """A child process in its own session, its output in ``log``."""
+
+    def __init__(self, name: str, argv: Sequence[str], log: Path, env: Mapping[str, str]) -> None:
+        self.name, self.argv, self.log, self.env = name, list(argv), log, dict(env)
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        out = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+                env={**os.environ, **self.env},
+                start_new_session=True,
+            )
+        finally:
+            os.close(out)
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def stop(self, grace_s: float = 10.0) -> int | None:
+        """SIGTERM, then SIGKILL after ``grace_s``; the exit status."""
+        if self.proc is None:
+            return None
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.proc.wait(), grace_s)
+            except TimeoutError:
+                return await self.kill()
+        return self.proc.returncode
+
+    async def kill(self) -> int | None:
+        """``kill -9``."""
+        if self.proc is None:
+            return None
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+        return await self.proc.wait()
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+async def wait_serving(address: str, process: Process | None, timeout_s: float) -> None:
+    """Poll grpc.health.v1 Check("") until SERVING; fail early if ``process`` exits."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while True:
+            try:
+                reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            if process is not None and not process.running:
+                raise RuntimeError(f"{process.name} exited:\n{process.tail()}")
+            if loop.time() > deadline:
+                tail = process.tail() if process else ""
+                raise TimeoutError(f"{address} not SERVING after {timeout_s:g} s\n{tail}")
+            await asyncio.sleep(0.05)
+
+
+def python(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", module, *args]
+
+
+# -- the processes ----------------------------------------------------------------------------
+
+
+class Probe(Process):
+    """One probe backend (``python -m eds.probe``): a replica that says who it is."""
+
+    def __init__(self, run_dir: Path, replica_id: str, delay_ms: float = 2.0) -> None:
+        self.replica_id, self.port = replica_id, free_port()
+        argv = python("eds.probe", f"--port={self.port}", f"--id={replica_id}")
+        super().__init__(
+            f"probe {replica_id}",
+            [*argv, f"--delay-ms={delay_ms}", "--grace-s=5"],
+            run_dir / "logs" / f"{replica_id}.log",
+            {},
+        )
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def endpoint(self, health: Health = Health.HEALTHY, weight: int = 1) -> Endpoint:
+        return Endpoint("127.0.0.1", self.port, health, weight, "local", self.replica_id)
+
+    async def start_ready(self) -> None:
+        await self.start()
+        await wait_serving(self.address, self, START_TIMEOUT_S)
+
+    async def stats(self) -> tuple[int, float]:
+        """(inference requests served, wall-clock time of the first one or 0)."""
+        async with grpc.aio.insecure_channel(self.address) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            reply = await stub.ModelInfer(
+                service_pb2.ModelInferRequest(model_name=STATS_MODEL), timeout=2.0
+            )
+        requests = int(kserve.output_array(reply, "REQUESTS")[0])
+        first = float(kserve.output_array(reply, "FIRST_REQUEST_UNIX")[0])
+        return requests, first
+
+
+class EdsProcess(Process):
+    """The control plane with the file source."""
+
+    def __init__(
+        self, run_dir: Path, endpoints: Path, services: Sequence[str], poll_interval_s: float = 0.1
+    ) -> None:
+        self.port, self.metrics_port = free_port(), free_port()
+        env = {
+            "INFERLINE_EDS_HOST": "127.0.0.1",
+            "INFERLINE_EDS_PORT": str(self.port),
+            "INFERLINE_EDS_METRICS_PORT": str(self.metrics_port),
+            "INFERLINE_EDS_ENDPOINTS_FILE": str(endpoints),
+            "INFERLINE_EDS_SERVICES": ",".join(services),
+            "INFERLINE_EDS_POLL_INTERVAL_S": str(poll_interval_s),
+        }
+        super().__init__("eds", python("eds"), run_dir / "logs" / "eds.log", env)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def start_ready(self) -> None:
+        await self.start()
+        await wait_serving(self.address, self, START_TIMEOUT_S)
+
+
+class EnvoyProcess(Process):
+    """The real Envoy, configured from the template with free ports."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        params: envoy_config.EnvoyParams,
+        name: str = "envoy",
+        config: Mapping[str, Any] | None = None,  # instead of rendering ``params``
+    ) -> None:
+        self.params = params
+        self.config_path = run_dir / f"{name}.yaml"
+        self.config_path.parent.mkdir(parents=True, exist_ok=True)
+        rendered = envoy_config.render(params) if config is None else config
+        self.config_path.write_text(envoy_config.dump(rendered))
+        argv = [
+            envoy_config.envoy_binary(),
+            "-c", str(self.config_path),
+            "--disable-hot-restart",  # several Envoys on one machine, no shared memory
+            "--concurrency", "2",
+            "-l", "warning",
+        ]  # fmt: skip
+        super().__init__(name, argv, run_dir / "logs" / f"{name}.log", {})
+
+    @property
+    def admin(self) -> str:
+        return f"http://{self.params.admin_address}:{self.params.admin_port}"
+
+    def listener(self, cluster: str) -> str:
+        port = dict(self.params.listeners)[cluster]
+        return f"127.0.0.1:{port}"
+
+    async def start_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        await self.start()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not await envoy_admin.ready(self.admin):
+            if not self.running:
+                raise RuntimeError(f"envoy exited:\n{self.tail()}")
+            if loop.time() > deadline:
+                raise TimeoutError(f"envoy not ready after {timeout_s:g} s\n{self.tail()}")
+            await asyncio.sleep(0.05)
+
+
+def envoy_params(
+    xds_port: int, clusters: Sequence[str], xds_api: str = "GRPC", **overrides: Any
+) -> envoy_config.EnvoyParams:
+    """Local-profile parameters on free ports for ``clusters``."""
+    return dataclasses.replace(
+        envoy_config.LOCAL,
+        listeners=tuple((c, free_port()) for c in clusters),
+        admin_port=free_port(),
+        xds_port=xds_port,
+        xds_api=xds_api,
+        node_id=f"envoy-{xds_api.lower()}-{os.getpid()}",
+        **overrides,
+    )
+
+
+# -- scaling a cluster ------------------------------------------------------------------------
+
+
+@dataclass
+class ScaleUp:
+    replica: str
+    ready_unix: float  # when it was written HEALTHY to the endpoints file
+    first_request_unix: float = 0.0
+
+    @property
+    def convergence_s(self) -> float | None:
+        if not self.first_request_unix:
+            return None
+        return self.first_request_unix - self.ready_unix
+
+
+@dataclass
+class Pool:
+    """One cluster's replicas behind Envoy, announced through the endpoints file."""
+
+    cluster: str
+    run_dir: Path
+    endpoints: Path
+    admin: str
+    delay_ms: float = 2.0
+    replicas: list[Probe] = field(default_factory=list)
+    started: int = 0
+
+    async def add(self) -> tuple[Probe, ScaleUp]:
+        """Start a replica, wait for its health, then write it HEALTHY (the "ready" moment)."""
+        probe = Probe(self.run_dir, f"{self.cluster}-{self.started}", self.delay_ms)
+        self.started += 1
+        await probe.start_ready()
+        await scaling.announce(self.endpoints, self.cluster, probe.endpoint())
+        self.replicas.append(probe)
+        return probe, ScaleUp(probe.replica_id, time.time())
+
+    async def remove(self, probe: Probe | None = None, drain_timeout_s: float = 30.0) -> Probe:
+        """DRAINING, wait until Envoy has nothing in flight to it, stop it, forget it."""
+        probe = probe or self.replicas[-1]
+        drained = await scaling.drain(
+            self.endpoints, self.cluster, "127.0.0.1", probe.port, self.admin, probe.stop,
+            drain_timeout_s,
+        )  # fmt: skip
+        if not drained:
+            raise RuntimeError(f"Envoy did not confirm the drain of {probe.replica_id}")
+        self.replicas.remove(probe)
+        return probe
+
+    async def first_request(self, probe: Probe, event: ScaleUp, timeout_s: float = 5.0) -> None:
+        """Wait until ``probe`` has served a request; record when its first one arrived."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            requests, first = await probe.stats()
+            if requests:
+                event.first_request_unix = first
+                return
+            if loop.time() > deadline:
+                raise TimeoutError(f"{probe.replica_id} got no request in {timeout_s:g} s")
+            await asyncio.sleep(0.05)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(p.stop(2.0) for p in self.replicas))
+        self.replicas.clear()
+
+
+# -- load from the demo client ----------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def load(
+    target: str, concurrency: int = 8, channels: int = 2, timeout_s: float = 10.0
+) -> AsyncIterator[Recorder]:
+    """The demo client's closed-loop load on ``target`` while the block runs.
+
+    The recorder counts every finished request; leaving the block stops the load (requests
+    in flight are abandoned, not counted). Model ``classifier``, one tiny "image" a request.
+    """
+    recorder = Recorder(concurrency=concurrency)
+    stop = asyncio.Event()
+    config = LoadConfig(
+        model="classifier", concurrency=concurrency, timeout_s=timeout_s, duration_s=3600.0
+    )
+    async with open_clients(target, channels) as clients:
+        task = asyncio.create_task(run_load(clients, config, [b"probe"], recorder, stop))
+        try:
+            yield recorder
+        finally:
+            stop.set()
+            await task
+
+
+def summary_text(summary: Summary, errors: Mapping[str, int]) -> str:
+    p50 = f"{summary.p50_ms:.1f}" if summary.p50_ms is not None else "-"
+    return (
+        f"{summary.requests} requests, {summary.errors} failed {dict(errors)}, "
+        f"{summary.images_per_s:.0f}/s, p50 {p50} ms"
+    )
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=np.float64), q)) if values else float("nan")

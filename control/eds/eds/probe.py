@@ -1,0 +1,124 @@
+"""python -m eds.probe: a KServe v2 backend that says who it is — to watch load balancing.
+
+    python -m eds.probe --port 8001 --id triton-0 --delay-ms 5
+
+Answers ``ModelInfer`` for any model with zeros shaped like a classifier's output (``[N, 1]``
+FP32 for each requested output, default ``PROBABILITIES``), after ``--delay-ms`` of
+simulated work that takes no CPU, and puts its id in the response parameter ``backend``.
+The model ``probe_stats`` answers with its own statistics: ``ID`` (BYTES), ``REQUESTS``
+(INT64, inference requests served) and ``FIRST_REQUEST_UNIX`` (FP64, the wall-clock time of
+its first inference request, 0 before it). Serves grpc.health.v1 and stops gracefully on
+SIGTERM (NOT_SERVING, then the calls in flight finish), like every inferline service.
+
+It stands in for Triton in the control-plane tests and benchmarks: no model to load, so a
+replica starts in a fraction of a second, and which replica served a request is visible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, TypeAlias
+
+import grpc
+import numpy as np
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from inferline import kserve, logs
+from inferline.server import serve_until_signal, start_server
+
+logger = logging.getLogger(__name__)
+
+STATS_MODEL = "probe_stats"
+DEFAULT_OUTPUT = "PROBABILITIES"
+SERVICE_NAME = "inference.GRPCInferenceService"
+
+Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
+
+
+class ProbeService(service_pb2_grpc.GRPCInferenceServiceServicer):
+    def __init__(self, backend_id: str, delay_s: float = 0.0) -> None:
+        self.backend_id = backend_id
+        self.delay_s = delay_s
+        self.requests = 0
+        self.first_request_unix = 0.0
+
+    async def ServerLive(
+        self, request: service_pb2.ServerLiveRequest, context: Context
+    ) -> service_pb2.ServerLiveResponse:
+        return service_pb2.ServerLiveResponse(live=True)
+
+    async def ServerReady(
+        self, request: service_pb2.ServerReadyRequest, context: Context
+    ) -> service_pb2.ServerReadyResponse:
+        return service_pb2.ServerReadyResponse(ready=True)
+
+    async def ModelReady(
+        self, request: service_pb2.ModelReadyRequest, context: Context
+    ) -> service_pb2.ModelReadyResponse:
+        return service_pb2.ModelReadyResponse(ready=True)
+
+    async def ServerMetadata(
+        self, request: service_pb2.ServerMetadataRequest, context: Context
+    ) -> service_pb2.ServerMetadataResponse:
+        return service_pb2.ServerMetadataResponse(name=f"inferline-probe {self.backend_id}")
+
+    async def ModelInfer(
+        self, request: service_pb2.ModelInferRequest, context: Context
+    ) -> service_pb2.ModelInferResponse:
+        response = service_pb2.ModelInferResponse(
+            model_name=request.model_name, model_version="1", id=request.id
+        )
+        response.parameters["backend"].string_param = self.backend_id
+        if request.model_name == STATS_MODEL:
+            kserve.add_output(response, "ID", np.array([self.backend_id.encode()], dtype=object))
+            kserve.add_output(response, "REQUESTS", np.array([self.requests], dtype=np.int64))
+            kserve.add_output(
+                response, "FIRST_REQUEST_UNIX", np.array([self.first_request_unix], np.float64)
+            )
+            return response
+        if self.requests == 0:
+            self.first_request_unix = time.time()
+        self.requests += 1
+        rows = request.inputs[0].shape[0] if request.inputs and request.inputs[0].shape else 1
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        names = [o.name for o in request.outputs] or [DEFAULT_OUTPUT]
+        for name in names:
+            kserve.add_output(response, name, np.zeros((rows, 1), np.float32))
+        return response
+
+
+async def main(args: argparse.Namespace) -> None:
+    service = ProbeService(args.id, args.delay_ms / 1000)
+    running = await start_server(
+        "probe",
+        args.port,
+        [lambda s: service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(service, s)],
+        [SERVICE_NAME],
+        host=args.host,
+    )
+    logger.info("probe %s ready on port %d", args.id, running.port)
+    await serve_until_signal(running, args.grace_s)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m eds.probe", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--id", default="probe")
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="simulated work per request")
+    parser.add_argument("--grace-s", type=float, default=5.0)
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    logs.setup()
+    try:
+        asyncio.run(main(parse_args(sys.argv[1:])))
+    except OSError as exc:
+        sys.exit(f"eds.probe: {exc}")

@@ -1,0 +1,88 @@
+"""Announce and drain one endpoint: what ``make scale`` does around starting or stopping it.
+
+Scaling up: start the process, wait for its own readiness, then :func:`announce` it (written
+HEALTHY to the endpoints file; optionally wait until Envoy routes to it). Scaling down:
+:func:`drain` marks it DRAINING, waits until Envoy has applied that and has no request in
+flight to it, calls ``stop`` (the process then stops gracefully), and removes it from the
+file. No request is lost: Envoy sends nothing new to a draining endpoint and everything it
+had sent has finished before the process is told to stop.
+
+The local stack is synchronous: :func:`announce_sync` and :func:`drain_sync` wrap each call
+in ``asyncio.run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from eds import endpoints_file, envoy_admin
+from eds.cache import Endpoint, Health
+
+logger = logging.getLogger(__name__)
+
+Stop = Callable[[], Awaitable[object] | object]
+
+
+async def announce(
+    path: Path, cluster: str, endpoint: Endpoint, admin: str = "", timeout_s: float = 10.0
+) -> float | None:
+    """Write ``endpoint`` HEALTHY; with ``admin``, wait until Envoy routes to it and return
+    how long that took (seconds)."""
+    endpoints_file.set_endpoint(path, cluster, endpoint)
+    if not admin:
+        return None
+    start = time.monotonic()
+    await envoy_admin.wait_routable(admin, cluster, endpoint.address, endpoint.port, timeout_s)
+    return time.monotonic() - start
+
+
+async def drain(
+    path: Path,
+    cluster: str,
+    address: str,
+    port: int,
+    admin: str,
+    stop: Stop,
+    timeout_s: float = 30.0,
+) -> bool:
+    """DRAINING, wait for Envoy to finish with it, ``stop()``, remove it from the file.
+
+    Returns False if Envoy did not confirm the drain within ``timeout_s`` (a request still in
+    flight, or no Envoy): the endpoint is stopped and removed anyway, and the process's own
+    graceful stop gives what is left its grace period.
+    """
+    endpoints_file.set_health(path, cluster, address, port, Health.DRAINING)
+    drained = True
+    try:
+        await envoy_admin.wait_drained(admin, cluster, address, port, timeout_s)
+    except (TimeoutError, envoy_admin.AdminError) as exc:
+        drained = False
+        logger.warning("%s %s:%d: drain not confirmed by Envoy (%s)", cluster, address, port, exc)
+    result = stop()
+    if inspect.isawaitable(result):
+        await result
+    endpoints_file.remove_endpoint(path, cluster, address, port)
+    return drained
+
+
+def announce_sync(
+    path: Path, cluster: str, endpoint: Endpoint, admin: str = "", timeout_s: float = 10.0
+) -> float | None:
+    return asyncio.run(announce(path, cluster, endpoint, admin, timeout_s))
+
+
+def drain_sync(
+    path: Path,
+    cluster: str,
+    address: str,
+    port: int,
+    admin: str,
+    stop: Callable[[], object],
+    timeout_s: float = 30.0,
+) -> bool:
+    return asyncio.run(drain(path, cluster, address, port, admin, stop, timeout_s))

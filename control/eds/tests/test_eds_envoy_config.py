@@ -1,0 +1,129 @@
+"""The Envoy template, rendered for each profile and checked by the real binary."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from eds import envoy_config as ec
+
+
+def by_name(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {item["name"]: item for item in items}
+
+
+@pytest.mark.parametrize("profile", ["local", "kubernetes"])
+@pytest.mark.parametrize("xds_api", ["GRPC", "DELTA_GRPC"])
+def test_every_rendered_config_passes_envoy_validate(profile: str, xds_api: str) -> None:
+    params = dataclasses.replace(ec.PROFILES[profile], xds_api=xds_api)
+    ok, output = ec.validate(ec.render(params))
+    assert ok, output
+
+
+def test_the_local_config_has_four_hops_over_ads() -> None:
+    config = ec.render(ec.LOCAL)
+    listeners = by_name(config["static_resources"]["listeners"])
+    assert {n: li["address"]["socket_address"]["port_value"] for n, li in listeners.items()} == {
+        "middleman": 8080,
+        "preprocess": 8081,
+        "batcher": 8082,
+        "triton": 8083,
+    }
+    clusters = by_name(config["static_resources"]["clusters"])
+    assert set(clusters) == {"xds", "middleman", "preprocess", "batcher", "triton"}
+    triton = clusters["triton"]
+    assert triton["type"] == "EDS" and triton["lb_policy"] == "LEAST_REQUEST"
+    assert triton["eds_cluster_config"]["eds_config"]["ads"] == {}
+    assert "http2_protocol_options" in str(triton["typed_extension_protocol_options"])
+    assert triton["health_checks"][0]["grpc_health_check"] == {}
+    assert triton["outlier_detection"]["consecutive_local_origin_failure"] == 3
+    limits = triton["circuit_breakers"]["thresholds"][0]
+    assert limits["max_pending_requests"] > 1024 and limits["max_retries"] > 3
+    route = listeners["triton"]["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]
+    retry = route["virtual_hosts"][0]["routes"][0]["route"]["retry_policy"]
+    assert "unavailable" in retry["retry_on"] and retry["num_retries"] == 3
+    assert config["admin"]["address"]["socket_address"] == {
+        "address": "127.0.0.1",
+        "port_value": 9901,
+    }
+    assert config["dynamic_resources"]["ads_config"]["api_type"] == "GRPC"
+    assert clusters["xds"]["type"] == "STATIC"
+
+
+def test_kubernetes_differs_only_where_it_must() -> None:
+    config = ec.render(ec.KUBERNETES)
+    xds = by_name(config["static_resources"]["clusters"])["xds"]
+    assert xds["type"] == "STRICT_DNS"
+    socket = xds["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]
+    assert socket["socket_address"]["address"] == "eds.inferline.svc.cluster.local"
+    listener = config["static_resources"]["listeners"][0]
+    assert listener["address"]["socket_address"]["address"] == "0.0.0.0"
+    assert config["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
+    local = ec.render(ec.LOCAL)
+    assert local["static_resources"]["clusters"][1:] != config["static_resources"]["clusters"][1:]
+    assert {c["name"] for c in local["static_resources"]["clusters"]} == {
+        c["name"] for c in config["static_resources"]["clusters"]
+    }
+
+
+def test_placeholders_keep_types_and_unknown_ones_fail() -> None:
+    assert ec.substitute({"a": "${n}", "b": "x${n}y", "c": ["${s}"]}, {"n": 3, "s": "t"}) == {
+        "a": 3,
+        "b": "x3y",
+        "c": ["t"],
+    }
+    with pytest.raises(KeyError, match="nope"):
+        ec.substitute("${nope}", {})
+
+
+def test_the_template_uses_every_parameter() -> None:
+    text = ec.TEMPLATE.read_text()
+    for name in ec.LOCAL.values():
+        assert "${" + name + "}" in text, name
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"xds_api": "REST"}, "xds_api"),
+        ({"listeners": ()}, "at least one"),
+        ({"admin_port": 8080}, "must differ"),
+        ({"listeners": (("a", 1), ("a", 2))}, "two listeners"),
+        ({"admin_port": 0}, "not a TCP port"),
+    ],
+)
+def test_bad_parameters_are_refused(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(ec.LOCAL, **changes)
+
+
+def test_the_cli_renders_validates_and_overrides(tmp_path: Path) -> None:
+    out = tmp_path / "envoy.yaml"
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "eds.envoy_config", "--kubernetes", "--validate",
+            "--xds-address", "eds.example:18001", "--xds-api", "DELTA_GRPC",
+            "--listener", "triton=9083", "--admin-port", "9911", "-o", str(out),
+        ],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "OK" in result.stderr
+    config = yaml.safe_load(out.read_text())
+    assert config["dynamic_resources"]["ads_config"]["api_type"] == "DELTA_GRPC"
+    assert [li["name"] for li in config["static_resources"]["listeners"]] == ["triton"]
+    assert config["admin"]["address"]["socket_address"]["port_value"] == 9911
+
+
+def test_the_cli_explains_a_bad_value() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "eds.envoy_config", "--local", "--listener", "triton"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2 and "cluster=port" in result.stderr

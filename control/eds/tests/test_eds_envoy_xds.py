@@ -1,0 +1,210 @@
+"""The xDS protocol against the real Envoy: NACKs, and delta vs state of the world vs plain EDS.
+
+The control plane runs in the test's process here, so a test can put into the cache what no
+source would (an address Envoy rejects) and read the server's metrics directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from prometheus_client import REGISTRY
+
+from eds import envoy_admin, envoy_config
+from eds.cache import Endpoint, EndpointCache, Health
+from eds.harness import EnvoyProcess, envoy_params, free_port
+from eds.resources import SnapshotBuilder
+from eds.server import XdsServer
+
+CLUSTERS = ["triton", "batcher"]
+CLA = "ClusterLoadAssignment"
+
+
+@dataclass
+class InProcess:
+    cache: EndpointCache
+    xds: XdsServer
+    port: int
+
+
+@pytest.fixture
+async def control_plane() -> AsyncIterator[InProcess]:
+    cache = EndpointCache(CLUSTERS)
+    xds = XdsServer(SnapshotBuilder(cache))
+    server = grpc.aio.server()
+    xds.register(server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    yield InProcess(cache, xds, port)
+    xds.close()
+    await server.stop(0)
+
+
+def metric(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def eventually(check: Callable[[], Any], what: str, timeout_s: float = 5.0) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        value = await check()
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"not {what} after {timeout_s} s")
+        await asyncio.sleep(0.05)
+
+
+async def triton_stats(envoy: EnvoyProcess) -> dict[str, int | str]:
+    return await envoy_admin.stats(envoy.admin, r"^cluster\.triton\.(update_|version_text)")
+
+
+async def names(envoy: EnvoyProcess, cluster: str = "triton") -> list[str]:
+    return sorted(h.hostname for h in (await envoy_admin.clusters(envoy.admin))[cluster])
+
+
+@pytest.mark.parametrize("xds_api", ["GRPC", "DELTA_GRPC"])
+async def test_a_rejected_update_leaves_envoy_on_its_last_good_version(
+    control_plane: InProcess, tmp_path: Path, xds_api: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    cache = control_plane.cache
+    good = Endpoint("127.0.0.1", free_port(), name="good")
+    cache.set_cluster("triton", [good])
+    cache.mark_ready()
+    envoy = EnvoyProcess(tmp_path, envoy_params(control_plane.port, CLUSTERS, xds_api))
+    await envoy.start_ready()
+    try:
+        before = await eventually(lambda: triton_stats(envoy), "accepted")
+        nacks = metric("inferline_eds_nacks_total", type=CLA)
+        pushes = metric("inferline_eds_pushes_total", type=CLA, reason="change")
+        with caplog.at_level(logging.WARNING, logger="eds.server"):
+            # What no source writes (the file source checks addresses) but a buggy one might.
+            cache.set_cluster("triton", [Endpoint("triton-9.invalid", 8001, name="bad")])
+
+            async def rejected() -> bool:
+                return (await triton_stats(envoy)).get("cluster.triton.update_rejected") == 1
+
+            await eventually(rejected, "rejected")
+            await asyncio.sleep(1.0)  # long enough to see a resend loop, if there were one
+        after = await triton_stats(envoy)
+        assert after["cluster.triton.update_rejected"] == 1
+        assert after["cluster.triton.version_text"] == before["cluster.triton.version_text"]
+        assert await names(envoy) == ["good"]
+        assert metric("inferline_eds_nacks_total", type=CLA) == nacks + 1
+        assert metric("inferline_eds_pushes_total", type=CLA, reason="change") == pushes + 1
+        assert "rejected ClusterLoadAssignment" in caplog.text
+        assert "triton-9.invalid" in caplog.text  # Envoy's own error detail
+        cache.set_cluster("triton", [good, Endpoint("127.0.0.1", free_port(), name="next")])
+
+        async def moved_on() -> bool:
+            return await names(envoy) == ["good", "next"]
+
+        await eventually(moved_on, "on the next good version")
+        latest = await triton_stats(envoy)
+        assert latest["cluster.triton.version_text"] != before["cluster.triton.version_text"]
+    finally:
+        await envoy.stop()
+
+
+def plain_eds(config: dict[str, Any], api_type: str) -> dict[str, Any]:
+    """The rendered config with each cluster on the plain EDS service instead of ADS."""
+    config = copy.deepcopy(config)
+    source = {
+        "api_config_source": {
+            "api_type": api_type,
+            "transport_api_version": "V3",
+            "grpc_services": [{"envoy_grpc": {"cluster_name": "xds"}}],
+        },
+        "resource_api_version": "V3",
+    }
+    for cluster in config["static_resources"]["clusters"]:
+        if cluster["type"] == "EDS":
+            cluster["eds_cluster_config"]["eds_config"] = source
+    del config["dynamic_resources"]
+    return config
+
+
+View = dict[str, set[tuple[str, int, str, int, str, str]]]
+
+
+async def view(envoy: EnvoyProcess) -> View:
+    by_cluster = await envoy_admin.clusters(envoy.admin)
+    return {
+        c: {(h.address, h.port, h.eds_health, h.weight, h.zone, h.hostname) for h in by_cluster[c]}
+        for c in CLUSTERS
+    }
+
+
+def expected(cache: EndpointCache) -> View:
+    out: View = {}
+    for c in CLUSTERS:
+        state = cache.get(c)
+        assert state is not None
+        out[c] = {
+            (e.address, e.port, str(e.health), e.weight, e.zone, e.name) for e in state.endpoints
+        }
+    return out
+
+
+async def test_delta_sotw_and_plain_eds_give_envoy_the_same_endpoints(
+    control_plane: InProcess, tmp_path: Path
+) -> None:
+    cache = control_plane.cache
+    ports = [free_port() for _ in range(5)]  # nothing listens: only the configuration matters
+    cache.update(
+        {
+            "triton": [
+                Endpoint("127.0.0.1", ports[0], Health.HEALTHY, 2, "zone-a", "t0"),
+                Endpoint("127.0.0.1", ports[1], Health.DRAINING, 1, "zone-b", "t1"),
+                Endpoint("127.0.0.1", ports[2], Health.UNHEALTHY, 3, "zone-a", "t2"),
+            ],
+            "batcher": [Endpoint("127.0.0.1", ports[3], name="b0")],
+        }
+    )
+    cache.mark_ready()
+    envoys = []
+    for api in ("GRPC", "DELTA_GRPC"):
+        envoys.append(
+            EnvoyProcess(tmp_path, envoy_params(control_plane.port, CLUSTERS, api), f"ads-{api}")
+        )
+        params = envoy_params(control_plane.port, CLUSTERS, api)
+        config = plain_eds(envoy_config.render(params), api)
+        envoys.append(EnvoyProcess(tmp_path, params, f"eds-{api}", config))
+    try:
+        await asyncio.gather(*(e.start_ready() for e in envoys))
+
+        async def agree() -> bool:
+            views = await asyncio.gather(*(view(e) for e in envoys))
+            return all(v == expected(cache) for v in views)
+
+        await eventually(agree, "the same endpoints everywhere")
+        cache.update(
+            {
+                "triton": [
+                    Endpoint("127.0.0.1", ports[0], Health.DRAINING, 2, "zone-a", "t0"),
+                    Endpoint("127.0.0.1", ports[2], Health.HEALTHY, 5, "zone-a", "t2"),
+                    Endpoint("127.0.0.1", ports[4], Health.HEALTHY, 1, "zone-c", "t3"),
+                ],
+                "batcher": [],
+            }
+        )
+        await eventually(agree, "the same endpoints after a change")
+        assert control_plane.xds.streams == 6  # one ADS stream each; plain EDS: one per cluster
+    finally:
+        await asyncio.gather(*(e.stop() for e in envoys))
+
+
+def test_the_rendered_plain_eds_variant_is_valid() -> None:
+    params = dataclasses.replace(envoy_config.LOCAL, xds_api="DELTA_GRPC")
+    ok, output = envoy_config.validate(plain_eds(envoy_config.render(params), "DELTA_GRPC"))
+    assert ok, output

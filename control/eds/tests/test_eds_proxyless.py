@@ -1,0 +1,81 @@
+"""Proxyless gRPC: a real grpcio client (tritonclient) dials xds:///triton with no Envoy."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from eds import endpoints_file, proxyless
+from eds.cache import Health
+from eds.harness import EdsProcess, Pool
+
+CLIENT = Path(__file__).with_name("eds_proxyless_client.py")
+
+
+@pytest.fixture
+async def pool(tmp_path: Path) -> AsyncIterator[tuple[EdsProcess, Pool]]:
+    endpoints = tmp_path / "endpoints.yaml"
+    endpoints_file.write(endpoints, {"triton": []})
+    eds = EdsProcess(tmp_path, endpoints, ["triton", "batcher"])
+    await eds.start_ready()
+    pool = Pool("triton", tmp_path, endpoints, admin="")
+    try:
+        await pool.add()
+        await pool.add()
+        yield eds, pool
+    finally:
+        await pool.close()
+        await eds.stop()
+
+
+async def served_by(eds: EdsProcess, requests: int, mode: str = "sync") -> dict[str, int]:
+    env = {
+        **os.environ,
+        proxyless.BOOTSTRAP_CONFIG_ENV: json.dumps(proxyless.bootstrap(eds.address, "test-grpc")),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(CLIENT), "xds:///triton", str(requests), mode,
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    result: dict[str, int] = json.loads(out.decode().strip().splitlines()[-1])
+    return result
+
+
+async def test_a_grpc_client_balances_over_the_replicas_itself(
+    pool: tuple[EdsProcess, Pool],
+) -> None:
+    eds, _ = pool
+    served = await served_by(eds, 40)
+    assert set(served) == {"triton-0", "triton-1"}, served
+    assert sum(served.values()) == 40
+    assert min(served.values()) >= 10  # round robin, per request
+    log = eds.log.read_text()
+    for kind in ("Listener", "RouteConfiguration", "Cluster", "ClusterLoadAssignment"):
+        assert f"test-grpc (sotw) subscribed to {kind} triton" in log
+
+
+async def test_a_draining_replica_gets_no_new_calls(pool: tuple[EdsProcess, Pool]) -> None:
+    """With a bare grpc.aio channel, as the batcher's upstream would dial xds:///triton."""
+    eds, replicas = pool
+    assert set(await served_by(eds, 20, "aio")) == {"triton-0", "triton-1"}
+    endpoints_file.set_health(
+        replicas.endpoints, "triton", "127.0.0.1", replicas.replicas[0].port, Health.DRAINING
+    )
+    await asyncio.sleep(0.3)  # two polls of the endpoints file
+    assert await served_by(eds, 20, "aio") == {"triton-1": 20}
+
+
+def test_the_bootstrap_cli(tmp_path: Path) -> None:
+    out = tmp_path / "bootstrap.json"
+    assert proxyless.main(["--xds-address", "10.0.0.1:18000", "-o", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["xds_servers"][0]["server_uri"] == "10.0.0.1:18000"
+    assert data["node"]["id"] == "inferline-grpc"
