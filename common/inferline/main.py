@@ -1,0 +1,62 @@
+"""The ``__main__`` of every service: logging, config, ``/metrics``, serve until SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
+
+from inferline import logs
+from inferline.config import ConfigError, load
+from inferline.metrics import start_metrics_server
+from inferline.server import wait_for_signal
+
+logger = logging.getLogger(__name__)
+
+
+class ServiceConfig(Protocol):
+    @property
+    def metrics_port(self) -> int: ...
+
+    @property
+    def grace_s(self) -> float: ...
+
+
+class Running(Protocol):
+    async def stop(self, grace: float) -> None: ...
+
+
+C = TypeVar("C", bound=ServiceConfig)
+
+
+async def serve(config: C, start: Callable[[C], Awaitable[Running]]) -> None:
+    """Serve ``/metrics`` and the service until SIGTERM/SIGINT, then stop it gracefully."""
+    metrics, _ = await start_metrics_server(config.metrics_port)
+    try:
+        running = await start(config)
+        received = await wait_for_signal()
+        logger.info("%s: NOT_SERVING, stopping with %.1fs grace", received.name, config.grace_s)
+        await running.stop(config.grace_s)
+        logger.info("stopped")
+    finally:
+        await metrics.cleanup()
+
+
+def run(
+    name: str,
+    config_type: type[C],
+    prefix: str,
+    start: Callable[[C], Awaitable[Running]],
+    description: str | None = None,
+    fatal: tuple[type[Exception], ...] = (),
+) -> None:
+    """``python -m <name>``: a bad configuration or a start-up failure exits with one line."""
+    logs.setup()
+    expected: tuple[type[Exception], ...] = (ConfigError, OSError, *fatal)
+    try:
+        config = load(config_type, prefix, sys.argv[1:], description=description)
+        asyncio.run(serve(config, start))
+    except expected as error:
+        sys.exit(f"{name}: {error}")
