@@ -5,16 +5,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any, TypeAlias
 
-import grpc
 import numpy as np
 from prometheus_client import Counter, Histogram
-from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
+from tritonclient.grpc import model_config_pb2, service_pb2
 
 from inferline import kserve
-from inferline.errors import InferError, grpc_boundary, grpc_stream_boundary, invalid
+from inferline.errors import grpc_boundary, grpc_stream_boundary, invalid
 from inferline.metrics import LATENCY_BUCKETS
+from inferline.servicer import Context, KServeServicer
 from middleman.pipeline import Preprocessor, TritonUpstream
 from middleman.video import ClassifiedFrame, VideoClassifier
 
@@ -29,8 +28,6 @@ OUTPUT = "PROBABILITIES"
 VIDEO_OUTPUTS = ("FRAME_INDEX", "TIMESTAMP", OUTPUT)
 INPUT_HINT = "BYTES [N], each element one encoded JPEG, PNG, WebP, BMP or GIF file"
 VIDEO_HINT = "BYTES [1], one whole mp4, mkv or webm file"
-SERVER_NAME = "inferline-middleman"
-VERSION = "0.1.0"
 
 IMAGES = Counter("inferline_middleman_images_total", "Images classified", ["model"])
 FRAMES = Counter("inferline_middleman_frames_total", "Video frames classified", ["model"])
@@ -41,10 +38,12 @@ STAGE_SECONDS = Histogram(
     buckets=LATENCY_BUCKETS,
 )
 
-Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
+class ClassifierService(KServeServicer):
+    server_name = "inferline-middleman"
+    models = MODELS
+    extensions = ("classification", "model_configuration")
 
-class ClassifierService(service_pb2_grpc.GRPCInferenceServiceServicer):
     def __init__(
         self,
         preprocess: Preprocessor,
@@ -61,34 +60,14 @@ class ClassifierService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     # -- health and metadata ------------------------------------------------------------------
 
-    async def ServerLive(
-        self, request: service_pb2.ServerLiveRequest, context: Context
-    ) -> service_pb2.ServerLiveResponse:
-        return service_pb2.ServerLiveResponse(live=True)
-
-    async def ServerReady(
-        self, request: service_pb2.ServerReadyRequest, context: Context
-    ) -> service_pb2.ServerReadyResponse:
-        return service_pb2.ServerReadyResponse(ready=await self.upstream.ready())
-
-    async def ServerMetadata(
-        self, request: service_pb2.ServerMetadataRequest, context: Context
-    ) -> service_pb2.ServerMetadataResponse:
-        return service_pb2.ServerMetadataResponse(
-            name=SERVER_NAME, version=VERSION, extensions=["classification", "model_configuration"]
-        )
-
-    async def ModelReady(
-        self, request: service_pb2.ModelReadyRequest, context: Context
-    ) -> service_pb2.ModelReadyResponse:
-        ready = request.name in MODELS and await self.upstream.ready()
-        return service_pb2.ModelReadyResponse(ready=ready)
+    async def ready(self) -> bool:
+        return await self.upstream.ready()
 
     @grpc_boundary
     async def ModelMetadata(
         self, request: service_pb2.ModelMetadataRequest, context: Context
     ) -> service_pb2.ModelMetadataResponse:
-        self._check_model(request.name, request.version)
+        self.check_model(request.name, request.version)
         tensor = service_pb2.ModelMetadataResponse.TensorMetadata
         if request.name == VIDEO_MODEL:
             return service_pb2.ModelMetadataResponse(
@@ -114,7 +93,7 @@ class ClassifierService(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelConfig(
         self, request: service_pb2.ModelConfigRequest, context: Context
     ) -> service_pb2.ModelConfigResponse:
-        self._check_model(request.name, request.version)
+        self.check_model(request.name, request.version)
         if request.name == VIDEO_MODEL:
             return service_pb2.ModelConfigResponse(config=self._video_config())
         config = model_config_pb2.ModelConfig(
@@ -140,7 +119,7 @@ class ClassifierService(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(
         self, request: service_pb2.ModelInferRequest, context: Context
     ) -> service_pb2.ModelInferResponse:
-        self._check_model(request.model_name, request.model_version)
+        self.check_model(request.model_name, request.model_version)
         if request.model_name == VIDEO_MODEL:
             raise invalid(
                 f"model {VIDEO_MODEL!r} streams one response per frame: call ModelStreamInfer"
@@ -182,7 +161,7 @@ class ClassifierService(service_pb2_grpc.GRPCInferenceServiceServicer):
         self, requests: AsyncIterator[service_pb2.ModelInferRequest], context: Context
     ) -> AsyncIterator[service_pb2.ModelStreamInferResponse]:
         async for request in requests:
-            self._check_model(request.model_name, request.model_version)
+            self.check_model(request.model_name, request.model_version)
             if request.model_name != VIDEO_MODEL:
                 raise invalid(f"model {request.model_name!r} is not streamed: call ModelInfer")
             outputs = self._video_requested(request)
@@ -246,18 +225,6 @@ class ClassifierService(service_pb2_grpc.GRPCInferenceServiceServicer):
         )
 
     # -- helpers ------------------------------------------------------------------------------
-
-    @staticmethod
-    def _check_model(name: str, version: str) -> None:
-        if name not in MODELS:
-            raise InferError(
-                grpc.StatusCode.NOT_FOUND,
-                f"unknown model {name!r}: this server serves {MODEL!r} and {VIDEO_MODEL!r}",
-            )
-        if version not in ("", "1"):
-            raise InferError(
-                grpc.StatusCode.NOT_FOUND, f"model {name!r} has no version {version!r}; use 1"
-            )
 
     @staticmethod
     def _requested(request: service_pb2.ModelInferRequest) -> dict[str, int]:

@@ -19,15 +19,15 @@ import time
 from collections.abc import AsyncIterator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any
 
-import grpc
 import numpy as np
 import numpy.typing as npt
-from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
+from tritonclient.grpc import model_config_pb2, service_pb2
 
 from inferline import kserve
-from inferline.errors import InferError, grpc_boundary, grpc_stream_boundary, invalid
+from inferline.errors import grpc_boundary, grpc_stream_boundary, invalid
+from inferline.servicer import Context, KServeServicer
 from preprocess import metrics
 from preprocess.backends import ImageBackend, VideoBackend, read_chunks
 from preprocess.decode import DecodeError, Geometry
@@ -42,10 +42,6 @@ IMAGE_HINT = "BYTES [N], each element one encoded JPEG, PNG, WebP, BMP or GIF fi
 VIDEO_HINT = "BYTES [1], one whole mp4, mkv or webm file"
 IMAGE_OUTPUTS = ("TENSOR", "ERRORS")
 VIDEO_OUTPUTS = ("TENSOR", "FRAME_INDEX", "TIMESTAMP")
-SERVER_NAME = "inferline-preprocess"
-VERSION = "0.1.0"
-
-Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
 
 @dataclass(frozen=True)
@@ -57,7 +53,10 @@ class ServiceSettings:
     video_threads: int
 
 
-class PreprocessService(service_pb2_grpc.GRPCInferenceServiceServicer):
+class PreprocessService(KServeServicer):
+    server_name = "inferline-preprocess"
+    models = MODELS
+
     def __init__(
         self, images: ImageBackend, video: VideoBackend, settings: ServiceSettings
     ) -> None:
@@ -69,35 +68,11 @@ class PreprocessService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     # -- health and metadata ------------------------------------------------------------------
 
-    async def ServerLive(
-        self, request: service_pb2.ServerLiveRequest, context: Context
-    ) -> service_pb2.ServerLiveResponse:
-        return service_pb2.ServerLiveResponse(live=True)
-
-    async def ServerReady(
-        self, request: service_pb2.ServerReadyRequest, context: Context
-    ) -> service_pb2.ServerReadyResponse:
-        return service_pb2.ServerReadyResponse(ready=True)  # backends are built before serving
-
-    async def ServerMetadata(
-        self, request: service_pb2.ServerMetadataRequest, context: Context
-    ) -> service_pb2.ServerMetadataResponse:
-        return service_pb2.ServerMetadataResponse(
-            name=SERVER_NAME, version=VERSION, extensions=["model_configuration"]
-        )
-
-    async def ModelReady(
-        self, request: service_pb2.ModelReadyRequest, context: Context
-    ) -> service_pb2.ModelReadyResponse:
-        return service_pb2.ModelReadyResponse(
-            ready=request.name in MODELS and request.version in ("", "1")
-        )
-
     @grpc_boundary
     async def ModelMetadata(
         self, request: service_pb2.ModelMetadataRequest, context: Context
     ) -> service_pb2.ModelMetadataResponse:
-        _check_model(request.name, request.version, MODELS)
+        self.check_model(request.name, request.version)
         tensor = service_pb2.ModelMetadataResponse.TensorMetadata
         crop = self.settings.geometry.crop
         frames = tensor(name="TENSOR", datatype="UINT8", shape=[-1, 3, crop, crop])
@@ -119,7 +94,7 @@ class PreprocessService(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelConfig(
         self, request: service_pb2.ModelConfigRequest, context: Context
     ) -> service_pb2.ModelConfigResponse:
-        _check_model(request.name, request.version, MODELS)
+        self.check_model(request.name, request.version)
         crop = self.settings.geometry.crop
         mc = model_config_pb2
         if request.name == MODEL:
@@ -156,7 +131,7 @@ class PreprocessService(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(
         self, request: service_pb2.ModelInferRequest, context: Context
     ) -> service_pb2.ModelInferResponse:
-        _check_model(request.model_name, request.model_version, MODELS)
+        self.check_model(request.model_name, request.model_version)
         if request.model_name == VIDEO_MODEL:
             raise invalid(f"model {VIDEO_MODEL!r} streams its frames: call ModelStreamInfer")
         wanted = _requested(request, IMAGE_OUTPUTS)
@@ -204,7 +179,7 @@ class PreprocessService(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def _video(
         self, request: service_pb2.ModelInferRequest
     ) -> AsyncIterator[service_pb2.ModelInferResponse]:
-        _check_model(request.model_name, request.model_version, MODELS)
+        self.check_model(request.model_name, request.model_version)
         if request.model_name != VIDEO_MODEL:
             raise invalid(f"model {request.model_name!r} is not streamed: call ModelInfer")
         wanted = _requested(request, VIDEO_OUTPUTS)
@@ -261,16 +236,6 @@ class PreprocessService(service_pb2_grpc.GRPCInferenceServiceServicer):
             kserve.add_output(response, name, outputs[name])
         response.parameters["triton_final_response"].bool_param = final
         return response
-
-
-def _check_model(name: str, version: str, models: tuple[str, ...]) -> None:
-    if name not in models:
-        raise InferError(
-            grpc.StatusCode.NOT_FOUND,
-            f"unknown model {name!r}: this server serves {', '.join(repr(m) for m in models)}",
-        )
-    if version not in ("", "1"):
-        raise InferError(grpc.StatusCode.NOT_FOUND, f"model {name!r} has no version {version!r}")
 
 
 def _requested(request: service_pb2.ModelInferRequest, names: tuple[str, ...]) -> list[str]:

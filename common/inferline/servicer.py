@@ -1,0 +1,60 @@
+"""The KServe v2 RPCs every inferline model server answers alike: liveness, readiness, identity."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, TypeAlias
+
+import grpc
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from inferline import __version__
+from inferline.errors import InferError
+
+Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
+
+
+class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
+    """Base servicer: subclasses name their server and models, and say when they are ready."""
+
+    server_name: ClassVar[str]
+    models: ClassVar[tuple[str, ...]]
+    extensions: ClassVar[tuple[str, ...]] = ("model_configuration",)
+
+    async def ready(self) -> bool:
+        """Whether requests can be served now (e.g. the upstream is ready too)."""
+        return True
+
+    def check_model(self, name: str, version: str) -> None:
+        """NOT_FOUND, naming what is served, unless ``name`` (version 1 or any) is served here."""
+        if name not in self.models:
+            served = ", ".join(repr(m) for m in self.models)
+            raise InferError(
+                grpc.StatusCode.NOT_FOUND, f"unknown model {name!r}: this server serves {served}"
+            )
+        if version not in ("", "1"):
+            raise InferError(
+                grpc.StatusCode.NOT_FOUND, f"model {name!r} has no version {version!r}; use 1"
+            )
+
+    async def ServerLive(
+        self, request: service_pb2.ServerLiveRequest, context: Context
+    ) -> service_pb2.ServerLiveResponse:
+        return service_pb2.ServerLiveResponse(live=True)
+
+    async def ServerReady(
+        self, request: service_pb2.ServerReadyRequest, context: Context
+    ) -> service_pb2.ServerReadyResponse:
+        return service_pb2.ServerReadyResponse(ready=await self.ready())
+
+    async def ServerMetadata(
+        self, request: service_pb2.ServerMetadataRequest, context: Context
+    ) -> service_pb2.ServerMetadataResponse:
+        return service_pb2.ServerMetadataResponse(
+            name=self.server_name, version=__version__, extensions=list(self.extensions)
+        )
+
+    async def ModelReady(
+        self, request: service_pb2.ModelReadyRequest, context: Context
+    ) -> service_pb2.ModelReadyResponse:
+        served = request.name in self.models and request.version in ("", "1")
+        return service_pb2.ModelReadyResponse(ready=served and await self.ready())
