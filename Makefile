@@ -11,10 +11,11 @@ DURATION ?= 60
 CONCURRENCY ?= 8
 PYTEST_ARGS ?=
 BENCH_DURATION ?= 10
+BENCH_BATCHER_ARGS ?=
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup model samples up down status demo test test-unit lint format bench bench-e2e bench-preprocess bench-gpu-preprocess bench-eds clean
+.PHONY: help setup model samples up down status scale demo test test-unit lint format bench bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher clean
 
 help: ## list the targets
 	@echo "inferline — scale-out inference pipeline (see README.md)"
@@ -32,18 +33,23 @@ setup: $(STAMP) ## create .venv with the pinned versions (idempotent, fast when 
 model: setup ## export EfficientNet-Lite0 to ONNX and write the Triton model repository (cached)
 	@$(PY) -m inferline_models --repository $(MODEL_REPOSITORY)
 
-up: model ## start the local stack in the background; returns when every service is ready
+up: model ## start the local stack (every hop through Envoy, public :8080); returns when ready
 	@$(PY) -m inferline_stack up --model-repository $(MODEL_REPOSITORY)
 
 down: ## stop everything the local stack started
 	@test -x $(PY) && $(PY) -m inferline_stack down || true
 
-status: ## show what runs, where, and whether it is healthy
+status: ## show what runs, where, and whether it is healthy; each cluster as Envoy sees it
 	@$(PY) -m inferline_stack status
 
-demo: up ## the whole pipeline locally plus the live demo client (DURATION=seconds, CONCURRENCY=n)
+scale: model ## start or drain replicas: SERVICE=triton REPLICAS=2 (EDS pushes them to Envoy)
+	@test -n "$(REPLICAS)" || { echo "usage: make scale SERVICE=triton REPLICAS=2" >&2; exit 2; }
+	@$(PY) -m inferline_stack scale --service $(or $(SERVICE),triton) --replicas $(REPLICAS) \
+		--model-repository $(MODEL_REPOSITORY)
+
+demo: up ## the whole pipeline (Envoy, batcher, Triton) plus the live demo client (DURATION=s, CONCURRENCY=n)
 	@$(PY) -m demo_client --duration $(DURATION) --concurrency $(CONCURRENCY)
-	@echo "the stack keeps running: 'make status' shows it, 'make down' stops it"
+	@echo "the stack keeps running: 'make status' shows it, 'make scale SERVICE=triton REPLICAS=2' adds a backend, 'make down' stops it"
 
 test: model ## run every test (unit, service and end-to-end through the real Triton server)
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -57,7 +63,7 @@ format: setup ## apply ruff's formatting and safe fixes
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
-bench: bench-e2e bench-preprocess bench-eds ## every benchmark
+bench: bench-e2e bench-preprocess bench-eds bench-batcher ## every benchmark
 
 bench-e2e: model ## model-only (ONNX Runtime) vs end-to-end images/s -> bench/results/e2e.json
 	$(PY) bench/e2e.py
@@ -73,3 +79,6 @@ bench-gpu-preprocess: setup ## on a GPU machine: DALI mixed decode at batch 64 (
 
 bench-eds: setup ## control plane + Envoy: convergence, Envoy-hop latency, ADS fan-out -> bench/results/eds.json
 	$(PY) bench/bench_eds.py
+
+bench-batcher: setup ## batcher vs no batching vs Triton's own, on a SIMULATED GPU -> bench/results/batcher.json
+	$(PY) bench/bench_batcher.py $(BENCH_BATCHER_ARGS)

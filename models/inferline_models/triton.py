@@ -2,6 +2,9 @@
 
 `python -m inferline_models.triton --repository build/model_repository --model efficientnet_lite0`
 Runs until SIGTERM or SIGINT, then stops Triton (and its stub processes) before exiting.
+
+`--model simulated_gpu` serves the *simulated* GPU instead (see `inferline_models.simulated`):
+no repository needed, a batch of b takes `--simulated-t0-ms` + `--simulated-k-ms`·b.
 """
 
 from __future__ import annotations
@@ -20,10 +23,15 @@ from pathlib import Path
 
 from inferline_models.binding import Binding
 from inferline_models.repository import MAX_QUEUE_DELAY_US, MODEL_NAME
+from inferline_models.simulated import K_MS, SIMULATED_MODEL, T0_MS, GpuTiming, simulated_binding
+from inferline_models.simulated import MAX_BATCH_SIZE as SIMULATED_MAX_BATCH
 
 logger = logging.getLogger(__name__)
 
 LIVENESS_PERIOD_S = 1.0
+# Triton's protected endpoints (statistics, repository, ...) take this token when it is set;
+# otherwise PyTriton makes a random one. The simulated-GPU benchmark reads the statistics.
+ACCESS_TOKEN_ENV = "INFERLINE_TRITON_ACCESS_TOKEN"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,8 +80,14 @@ def check_ports_free(address: str, ports: Ports) -> None:
 class LocalTriton:
     """The Triton server binary shipped by PyTriton, serving `bindings`; a context manager."""
 
-    def __init__(self, bindings: Sequence[Binding], ports: Ports, address: str = "0.0.0.0") -> None:
-        from pytriton.triton import Triton, TritonConfig
+    def __init__(
+        self,
+        bindings: Sequence[Binding],
+        ports: Ports,
+        address: str = "0.0.0.0",
+        access_token: str | None = None,
+    ) -> None:
+        from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
         self._names = [b.name for b in bindings]
         self._started = False
@@ -89,7 +103,8 @@ class LocalTriton:
                 metrics_port=ports.metrics,
                 strict_readiness=True,
                 exit_timeout_secs=10,
-            )
+            ),
+            security_config=TritonSecurityConfig(access_token=access_token or None),
         )
         for b in bindings:
             self._triton.bind(
@@ -153,6 +168,17 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--threads", type=_positive, default=None, help="ONNX Runtime threads per instance (cores)"
     )
     parser.add_argument("--max-queue-delay-us", type=_non_negative, default=MAX_QUEUE_DELAY_US)
+    simulated = parser.add_argument_group(
+        f"simulated GPU (--model {SIMULATED_MODEL}; ignores --repository and --threads)"
+    )
+    simulated.add_argument("--simulated-t0-ms", type=_non_negative_float, default=T0_MS)
+    simulated.add_argument("--simulated-k-ms", type=_non_negative_float, default=K_MS)
+    simulated.add_argument("--max-batch-size", type=_positive, default=SIMULATED_MAX_BATCH)
+    simulated.add_argument(
+        "--no-dynamic-batching",
+        action="store_true",
+        help="turn Triton's dynamic batcher off (the batcher service batches instead)",
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
 
@@ -169,6 +195,32 @@ def _non_negative(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
     return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _binding(args: argparse.Namespace) -> Binding:
+    if args.model == SIMULATED_MODEL:
+        return simulated_binding(
+            timing=GpuTiming(args.simulated_t0_ms, args.simulated_k_ms),
+            max_batch_size=args.max_batch_size,
+            max_queue_delay_us=None if args.no_dynamic_batching else args.max_queue_delay_us,
+            instances=args.instances,
+        )
+    from inferline_models.onnx_backend import onnx_binding
+
+    return onnx_binding(
+        args.repository,
+        args.model,
+        instances=args.instances,
+        threads=args.threads,
+        max_queue_delay_us=args.max_queue_delay_us,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -192,18 +244,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    from inferline_models.onnx_backend import onnx_binding
-
     try:
-        binding = onnx_binding(
-            args.repository,
-            args.model,
-            instances=args.instances,
-            threads=args.threads,
-            max_queue_delay_us=args.max_queue_delay_us,
-        )
+        binding = _binding(args)
         ports = Ports(grpc=args.grpc_port, http=args.http_port, metrics=args.metrics_port)
-        with LocalTriton([binding], ports, address=args.address) as triton:
+        token = os.environ.get(ACCESS_TOKEN_ENV)
+        with LocalTriton([binding], ports, address=args.address, access_token=token) as triton:
             triton.start()
             starting = False
             return 0 if triton.wait(stop) else 1

@@ -1,0 +1,1 @@
+"""batcher: merges concurrent KServe v2 ModelInfer calls into full batches before the balancer."""

@@ -1,0 +1,246 @@
+"""The pure core of the batcher: which requests may share a batch, merging, splitting.
+
+KServe v2 messages in, KServe v2 messages out; no gRPC here. Tensors stay as the raw bytes they
+arrived in: merging along dim 0 is a concatenation of each input's raw contents (for BYTES too,
+whose length-prefixed elements concatenate to a valid tensor), and splitting slices each
+output's raw contents at item boundaries.
+
+A request that cannot safely share a batch (no batch dimension, inconsistent sizes, shared
+memory, sequence parameters, larger than a batch, ...) gets no key and travels alone, unchanged,
+so the upstream answers it exactly as it would have without the batcher.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import TypeAlias
+
+import numpy as np
+from tritonclient.grpc import service_pb2
+
+Request: TypeAlias = service_pb2.ModelInferRequest
+Response: TypeAlias = service_pb2.ModelInferResponse
+InputTensor: TypeAlias = service_pb2.ModelInferRequest.InferInputTensor
+
+# Bytes per element of each fixed-size KServe datatype; BYTES is length-prefixed.
+ITEM_BYTES = {
+    "BOOL": 1, "UINT8": 1, "INT8": 1, "UINT16": 2, "INT16": 2, "FP16": 2, "BF16": 2,
+    "UINT32": 4, "INT32": 4, "FP32": 4, "UINT64": 8, "INT64": 8, "FP64": 8,
+}  # fmt: skip
+
+# Typed ``contents`` field and numpy type per datatype (FP16/BF16 only travel as raw bytes).
+_TYPED = {
+    "BOOL": ("bool_contents", np.bool_),
+    "UINT8": ("uint_contents", np.uint8),
+    "UINT16": ("uint_contents", np.uint16),
+    "UINT32": ("uint_contents", np.uint32),
+    "UINT64": ("uint64_contents", np.uint64),
+    "INT8": ("int_contents", np.int8),
+    "INT16": ("int_contents", np.int16),
+    "INT32": ("int_contents", np.int32),
+    "INT64": ("int64_contents", np.int64),
+    "FP32": ("fp32_contents", np.float32),
+    "FP64": ("fp64_contents", np.float64),
+}
+
+# Triton's sequence batcher routes by these: two steps of a sequence must never be merged.
+_SEQUENCE_PARAMETERS = frozenset({"sequence_id", "sequence_start", "sequence_end"})
+_SHARED_MEMORY_PARAMETER = "shared_memory_region"
+
+
+class SplitError(ValueError):
+    """The upstream's answer to a merged batch cannot be split back (its shapes do not match)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a request may be batched: ``key`` (None: alone), ``items`` along dim 0, and why."""
+
+    key: Hashable | None
+    items: int
+    reason: str = ""
+
+
+def parameters_key(parameters: object) -> tuple[tuple[str, bytes], ...]:
+    """A hashable, order-independent form of a KServe ``parameters`` map."""
+    items = parameters.items()  # type: ignore[attr-defined]
+    return tuple(sorted((name, value.SerializeToString()) for name, value in items))
+
+
+def elements(shape: Sequence[int]) -> int:
+    return math.prod(shape)
+
+
+def bytes_offsets(buffer: bytes, count: int) -> list[int] | None:
+    """Offsets of the ``count`` length-prefixed elements of ``buffer`` plus its end, or None."""
+    offsets, offset, size = [0], 0, len(buffer)
+    for _ in range(count):
+        if offset + 4 > size:
+            return None
+        (length,) = struct.unpack_from("<I", buffer, offset)
+        offset += 4 + length
+        if offset > size:
+            return None
+        offsets.append(offset)
+    return offsets if offset == size else None
+
+
+def _raw_ok(datatype: str, shape: Sequence[int], raw: bytes) -> bool:
+    if datatype == "BYTES":
+        return bytes_offsets(raw, elements(shape)) is not None
+    return len(raw) == elements(shape) * ITEM_BYTES[datatype]
+
+
+def _typed_ok(tensor: InputTensor) -> bool:
+    count = elements(tensor.shape)
+    if tensor.datatype == "BYTES":
+        return len(tensor.contents.bytes_contents) == count
+    field = _TYPED.get(tensor.datatype)
+    return field is not None and len(getattr(tensor.contents, field[0])) == count
+
+
+def plan(request: Request, max_batch_size: int) -> Plan:
+    """The batch key of ``request`` (or none: it travels alone) and its size along dim 0."""
+    if max_batch_size < 1:
+        return Plan(None, 0, "the model does not batch (max_batch_size 0)")
+    if not request.inputs:
+        return Plan(None, 0, "no inputs")
+    if any(name in _SEQUENCE_PARAMETERS for name in request.parameters):
+        return Plan(None, 0, "a step of a sequence")
+    raw = len(request.raw_input_contents)
+    if raw not in (0, len(request.inputs)):
+        return Plan(None, 0, "raw_input_contents do not match the inputs")
+    items = {t.shape[0] if t.shape else -1 for t in request.inputs}
+    if len(items) != 1 or (size := items.pop()) < 1:
+        return Plan(None, 0, "inputs disagree on dim 0, or have none")
+    if size > max_batch_size:
+        return Plan(None, size, f"{size} items is more than a batch ({max_batch_size})")
+    inputs = []
+    for index, tensor in enumerate(request.inputs):
+        if tensor.datatype not in ITEM_BYTES and tensor.datatype != "BYTES":
+            return Plan(None, size, f"input {tensor.name!r}: unknown datatype")
+        if _SHARED_MEMORY_PARAMETER in tensor.parameters:
+            return Plan(None, size, f"input {tensor.name!r} is in shared memory")
+        if any(d < 0 for d in tensor.shape):
+            return Plan(None, size, f"input {tensor.name!r}: negative dimension")
+        if not (
+            _raw_ok(tensor.datatype, tensor.shape, request.raw_input_contents[index])
+            if raw
+            else _typed_ok(tensor)
+        ):
+            return Plan(None, size, f"input {tensor.name!r}: contents do not match its shape")
+        inputs.append(
+            (
+                tensor.name,
+                tensor.datatype,
+                tuple(tensor.shape[1:]),
+                parameters_key(tensor.parameters),
+            )
+        )
+    if len({name for name, *_ in inputs}) != len(inputs):
+        return Plan(None, size, "an input is given twice")
+    outputs = []
+    for output in request.outputs:
+        if _SHARED_MEMORY_PARAMETER in output.parameters:
+            return Plan(None, size, f"output {output.name!r} is in shared memory")
+        outputs.append((output.name, parameters_key(output.parameters)))
+    key = (
+        request.model_name,
+        request.model_version,
+        tuple(sorted(inputs)),
+        tuple(outputs),
+        parameters_key(request.parameters),
+    )
+    return Plan(key, size)
+
+
+def raw_contents(request: Request, index: int) -> bytes:
+    """Input ``index`` of ``request`` as raw bytes, whether it came raw or as typed contents."""
+    if request.raw_input_contents:
+        return bytes(request.raw_input_contents[index])
+    tensor = request.inputs[index]
+    if tensor.datatype == "BYTES":
+        return b"".join(struct.pack("<I", len(v)) + v for v in tensor.contents.bytes_contents)
+    field, dtype = _TYPED[tensor.datatype]
+    return np.asarray(getattr(tensor.contents, field), dtype=dtype).tobytes()
+
+
+def merge(requests: Sequence[Request]) -> Request:
+    """One request holding ``requests`` (same key) along dim 0, in order."""
+    first = requests[0]
+    merged = Request(model_name=first.model_name, model_version=first.model_version)
+    _copy_map(first.parameters, merged.parameters)
+    merged.outputs.extend(first.outputs)
+    total = sum(r.inputs[0].shape[0] for r in requests)
+    for tensor in first.inputs:
+        out = merged.inputs.add(name=tensor.name, datatype=tensor.datatype)
+        out.shape.extend([total, *tensor.shape[1:]])
+        _copy_map(tensor.parameters, out.parameters)
+        parts = []
+        for request in requests:
+            index = _input_index(request, tensor.name)
+            parts.append(raw_contents(request, index))
+        merged.raw_input_contents.append(b"".join(parts))
+    return merged
+
+
+def split(response: Response, sizes: Sequence[int], ids: Sequence[str]) -> list[Response]:
+    """The answer of each request of a merged batch: ``sizes[i]`` items, id ``ids[i]``."""
+    total = sum(sizes)
+    if len(response.raw_output_contents) != len(response.outputs):
+        raise SplitError(
+            f"{len(response.outputs)} outputs came with {len(response.raw_output_contents)} raw "
+            "contents; the batcher needs every output as raw contents"
+        )
+    parts = [
+        Response(model_name=response.model_name, model_version=response.model_version, id=i)
+        for i in ids
+    ]
+    for part in parts:
+        _copy_map(response.parameters, part.parameters)
+    for tensor, raw in zip(response.outputs, response.raw_output_contents, strict=True):
+        if not tensor.shape or tensor.shape[0] != total:
+            raise SplitError(
+                f"output {tensor.name!r} has shape {list(tensor.shape)}; a batch of {total} items "
+                f"needs [{total}, ...]"
+            )
+        bounds = _item_bounds(tensor.name, tensor.datatype, list(tensor.shape), bytes(raw))
+        start = 0
+        for part, size in zip(parts, sizes, strict=True):
+            out = part.outputs.add(name=tensor.name, datatype=tensor.datatype)
+            out.shape.extend([size, *tensor.shape[1:]])
+            _copy_map(tensor.parameters, out.parameters)
+            part.raw_output_contents.append(raw[bounds[start] : bounds[start + size]])
+            start += size
+    return parts
+
+
+def _item_bounds(name: str, datatype: str, shape: list[int], raw: bytes) -> list[int]:
+    """Byte offset where each item (index along dim 0) of a raw tensor starts, plus the end."""
+    per_item = elements(shape[1:])
+    if datatype == "BYTES":
+        offsets = bytes_offsets(raw, elements(shape))
+        if offsets is None:
+            raise SplitError(f"output {name!r}: malformed BYTES contents")
+        return offsets[::per_item] if per_item else [0] * (shape[0] + 1)
+    if datatype not in ITEM_BYTES:
+        raise SplitError(f"output {name!r}: unknown datatype {datatype!r}")
+    step = per_item * ITEM_BYTES[datatype]
+    if len(raw) != step * shape[0]:
+        raise SplitError(f"output {name!r}: {len(raw)} bytes do not match shape {shape}")
+    return list(range(0, len(raw) + 1, step)) if step else [0] * (shape[0] + 1)
+
+
+def _input_index(request: Request, name: str) -> int:
+    for index, tensor in enumerate(request.inputs):
+        if tensor.name == name:
+            return index
+    raise KeyError(name)  # same key guarantees the same input names
+
+
+def _copy_map(source: object, target: object) -> None:
+    for name, value in source.items():  # type: ignore[attr-defined]
+        target[name].CopyFrom(value)  # type: ignore[index]

@@ -1,0 +1,355 @@
+"""Runs the pure queue on asyncio: a future per caller, a timer per model, the in-flight limit.
+
+Event driven, no polling task: an arrival, a timer (a group's ``max_queue_delay`` or a request's
+deadline) and a batch coming back each call ``pump``, which expires what is overdue and sends
+every ready batch for which an in-flight slot is free. One upstream call per batch; each caller
+gets its own slice of the answer, or the batch's error. A caller that goes away leaves its batch
+without touching its batch-mates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from batcher.batching import Request, Response, SplitError, merge, plan, split
+from batcher.metrics import ModelMetrics
+from batcher.queueing import EPSILON, BatchQueue, Entry, QueueFull
+from inferline.errors import InferError
+
+logger = logging.getLogger(__name__)
+
+# How long the first request for a model may wait for the upstream's model config.
+CONFIG_TIMEOUT_S = 5.0
+
+
+class Upstream(Protocol):
+    name: str
+
+    async def infer(
+        self, request: bytes, time_left: float, on_retry: Callable[[], None]
+    ) -> bytes: ...
+
+    async def max_batch_size(self, model: str, version: str, time_left: float) -> int: ...
+
+
+@dataclass(frozen=True)
+class Settings:
+    max_batch_size: int  # 0: what the upstream's model config says
+    max_queue_delay_s: float
+    max_queue: int
+    default_timeout_s: float
+
+
+class InFlight:
+    """Batches in flight to one upstream, shared by every model; a freed slot wakes the models."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._pumps: list[Callable[[], object]] = []
+        self._next = 0
+
+    def free(self) -> int:
+        return self.limit - self.used
+
+    def register(self, pump: Callable[[], object]) -> None:
+        self._pumps.append(pump)
+
+    def take(self) -> None:
+        self.used += 1
+
+    def give_back(self) -> None:
+        self.used -= 1
+        count = len(self._pumps)
+        for i in range(count):  # round robin, so no model starves another
+            if self.free() <= 0:
+                break
+            self._pumps[(self._next + i) % count]()
+        self._next = (self._next + 1) % max(count, 1)
+
+
+@dataclass(eq=False)
+class Pending:
+    request: Request
+    raw: bytes
+    future: asyncio.Future[bytes]
+    batch: Batch | None = None
+
+
+@dataclass(eq=False)
+class Batch:
+    entries: list[Entry[Pending]]
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+class ModelBatcher:
+    """Batches the ModelInfer calls of one model (and version)."""
+
+    def __init__(
+        self,
+        model: str,
+        max_batch_size: int,
+        settings: Settings,
+        inflight: InFlight,
+        upstream: Upstream,
+    ) -> None:
+        self.model = model
+        self.max_batch_size = max_batch_size
+        self.settings = settings
+        self.inflight = inflight
+        self.upstream = upstream
+        self.metrics = ModelMetrics(model)
+        self.queue: BatchQueue[Pending] = BatchQueue(
+            max_batch_size, settings.max_queue_delay_s, settings.max_queue
+        )
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        inflight.register(self.pump)
+
+    async def infer(self, request: Request, raw: bytes, deadline: float | None) -> bytes:
+        """The serialized answer to ``request`` (``raw`` is how it arrived); raises InferError."""
+        self.metrics.requests.inc()
+        now = self._loop.time()
+        if deadline is not None and deadline <= now:
+            self.metrics.expired.inc()
+            raise InferError(
+                grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline had passed when the request came"
+            )
+        batch_plan = plan(request, self.max_batch_size)
+        if batch_plan.key is None:
+            logger.debug("%s: request %r goes alone: %s", self.model, request.id, batch_plan.reason)
+        pending = Pending(request, raw, self._loop.create_future())
+        entry = Entry(batch_plan.key, batch_plan.items, now, deadline, pending)
+        try:
+            self.queue.push(entry)
+        except QueueFull as exc:
+            self.metrics.rejected.inc()
+            raise InferError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"batcher queue of model {self.model!r} is full: {exc.limit} requests are waiting "
+                f"(limit INFERLINE_BATCHER_MAX_QUEUE={exc.limit}); retry later or add capacity",
+            ) from None
+        try:
+            own = self.pump(entry)
+            if own is not None:  # alone and sent at once: call upstream from this task
+                await self._send(own)
+            return await pending.future
+        except asyncio.CancelledError:
+            self._leave(entry)
+            raise
+
+    def pump(self, caller: Entry[Pending] | None = None) -> Batch | None:
+        """Expire overdue requests, send every ready batch a slot allows, re-arm the timer.
+
+        A batch that is ``caller``'s request alone is returned instead of sent: the caller's
+        task sends it, which saves a task and a turn of the event loop on the lightest path.
+        """
+        own = None
+        now = self._loop.time()
+        for entry in self.queue.expire(now):
+            self.metrics.expired.inc()
+            waited = now - entry.arrived
+            _fail(
+                entry,
+                InferError(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"deadline passed after {waited * 1000:.1f} ms in the batcher queue of model "
+                    f"{self.model!r}; the request was not sent upstream",
+                ),
+            )
+        while self.inflight.free() > 0:
+            entries = self.queue.pop_ready(now)
+            if entries is None:
+                break
+            spawn = entries != [caller]
+            batch = self._dispatch(entries, now, spawn)
+            if not spawn:
+                own = batch
+        self.metrics.queue_depth.set(len(self.queue))
+        self._arm(now)
+        return own
+
+    async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _arm(self, now: float) -> None:
+        due = self.queue.next_due(now)
+        if due is None:
+            return
+        if self._timer is not None:
+            if self._timer.when() <= due:
+                return
+            self._timer.cancel()
+        self._timer = self._loop.call_at(due, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self.pump()
+
+    def _dispatch(self, entries: list[Entry[Pending]], now: float, spawn: bool) -> Batch:
+        self.inflight.take()
+        batch = Batch(entries)
+        for entry in entries:
+            entry.payload.batch = batch
+            self.metrics.queue_delay.observe(now - entry.arrived)
+        if spawn:
+            task = self._loop.create_task(self._send(batch))
+            batch.task = task
+            self._tasks.add(task)
+            task.add_done_callback(self._sent)
+        return batch
+
+    def _sent(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            logger.error("%s: a batch failed unexpectedly", self.model, exc_info=error)
+
+    async def _send(self, batch: Batch) -> None:
+        entries = [e for e in batch.entries if not e.payload.future.done()]
+        start = self._loop.time()
+        self.metrics.in_flight.inc()
+        try:
+            if entries:
+                await self._call(entries, start)
+        except asyncio.CancelledError:
+            for entry in entries:
+                entry.payload.future.cancel()  # nobody waits for these any more
+            raise
+        finally:
+            self.metrics.in_flight.dec()
+            if entries:
+                self.metrics.upstream_duration.observe(self._loop.time() - start)
+            for entry in entries:  # only after a bug: callers must never wait forever
+                _fail(entry, InferError(grpc.StatusCode.INTERNAL, "the batch failed; see the log"))
+            self.inflight.give_back()
+
+    async def _call(self, entries: list[Entry[Pending]], now: float) -> None:
+        deadlines = [e.deadline - now for e in entries if e.deadline is not None]
+        timeout = max(min(deadlines, default=self.settings.default_timeout_s), EPSILON)
+        items = sum(e.items for e in entries)
+        self.metrics.batch_size.observe(items)
+        self.metrics.batch_requests.observe(len(entries))
+        try:
+            if len(entries) == 1:  # alone: forward the bytes as they came, answer as it comes
+                answers = [await self._infer(entries[0].payload.raw, timeout)]
+            else:
+                merged = merge([e.payload.request for e in entries]).SerializeToString()
+                reply = Response.FromString(await self._infer(merged, timeout))
+                sizes = [e.items for e in entries]
+                parts = split(reply, sizes, [e.payload.request.id for e in entries])
+                answers = [part.SerializeToString() for part in parts]
+        except InferError as exc:
+            for entry in entries:
+                self.metrics.failed(exc.code.name)
+                _fail(entry, exc)
+            return
+        except (SplitError, DecodeError) as exc:
+            error = InferError(
+                grpc.StatusCode.INTERNAL,
+                f"{self.upstream.name} answered a batch of {items} items that cannot be split "
+                f"back: {exc}",
+            )
+            for entry in entries:
+                self.metrics.failed(error.code.name)
+                _fail(entry, error)
+            return
+        for entry, answer in zip(entries, answers, strict=True):
+            if not entry.payload.future.done():
+                entry.payload.future.set_result(answer)
+
+    async def _infer(self, request: bytes, time_left: float) -> bytes:
+        return await self.upstream.infer(request, time_left, self.metrics.retries.inc)
+
+    def _leave(self, entry: Entry[Pending]) -> None:
+        """The caller of ``entry`` went away (cancelled, or its deadline ended the call)."""
+        overdue = entry.deadline is not None and self._loop.time() + EPSILON >= entry.deadline
+        if self.queue.discard(entry):
+            (self.metrics.expired if overdue else self.metrics.cancelled).inc()
+            self.metrics.queue_depth.set(len(self.queue))
+            self.pump()  # its group may have a new head, or be gone
+            return
+        if not overdue:
+            self.metrics.cancelled.inc()
+        batch = entry.payload.batch
+        if (
+            batch is not None
+            and batch.task is not None
+            and all(e.payload.future.cancelled() for e in batch.entries)
+        ):
+            batch.task.cancel()  # nobody is left to answer: stop the upstream call
+
+
+def _fail(entry: Entry[Pending], error: InferError) -> None:
+    if not entry.payload.future.done():
+        entry.payload.future.set_exception(error)
+
+
+class Batchers:
+    """One ModelBatcher per (model, version), made on its first request from the upstream config."""
+
+    def __init__(self, upstream: Upstream, settings: Settings, inflight: InFlight) -> None:
+        self.upstream = upstream
+        self.settings = settings
+        self.inflight = inflight
+        self._batchers: dict[tuple[str, str], ModelBatcher] = {}
+        self._creating: dict[tuple[str, str], asyncio.Task[ModelBatcher]] = {}
+
+    async def get(self, model: str, version: str, time_left: float | None) -> ModelBatcher:
+        key = (model, version)
+        batcher = self._batchers.get(key)
+        if batcher is not None:
+            return batcher
+        task = self._creating.get(key)
+        if task is None:
+            timeout = CONFIG_TIMEOUT_S if time_left is None else min(time_left, CONFIG_TIMEOUT_S)
+            task = asyncio.get_running_loop().create_task(self._create(model, version, timeout))
+            self._creating[key] = task
+            task.add_done_callback(lambda _: self._creating.pop(key, None))
+        return await asyncio.shield(task)  # one caller leaving does not cancel it for the others
+
+    async def _create(self, model: str, version: str, time_left: float) -> ModelBatcher:
+        upstream_max = await self.upstream.max_batch_size(model, version, time_left)
+        override = self.settings.max_batch_size
+        size = min(override, upstream_max) if override and upstream_max else upstream_max
+        if override and upstream_max and override > upstream_max:
+            logger.warning(
+                "%s: max_batch_size %d is above the upstream's %d; using %d",
+                model,
+                override,
+                upstream_max,
+                size,
+            )
+        label = f"{model}:{version}" if version else model
+        batcher = ModelBatcher(label, size, self.settings, self.inflight, self.upstream)
+        self._batchers[(model, version)] = batcher
+        logger.info(
+            "%s: batches of up to %d items (%s), max_queue_delay %.3g ms, queue of %d, "
+            "%d batch(es) in flight to %s",
+            label,
+            size,
+            "set here" if override and size == override else "upstream model config",
+            self.settings.max_queue_delay_s * 1000,
+            self.settings.max_queue,
+            self.inflight.limit,
+            self.upstream.name,
+        )
+        return batcher
+
+    async def close(self) -> None:
+        for task in self._creating.values():
+            task.cancel()
+        await asyncio.gather(*(b.close() for b in self._batchers.values()))

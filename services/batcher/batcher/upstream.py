@@ -1,0 +1,81 @@
+"""The upstream KServe v2 server (Triton, or Envoy in front of several), spoken to in raw bytes.
+
+Requests and responses cross this hop as the bytes they arrived in: the batcher parses what it
+must read and never re-encodes what it only forwards. gRPC errors become ``InferError`` here,
+once, keeping the upstream's status and naming the upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from tritonclient.grpc import service_pb2
+
+from inferline.errors import from_upstream
+from inferline.server import channel_options
+
+logger = logging.getLogger(__name__)
+
+SERVICE = "inference.GRPCInferenceService"
+
+
+def method_path(method: str) -> str:
+    return f"/{SERVICE}/{method}"
+
+
+class Upstream:
+    def __init__(self, url: str, max_message_bytes: int) -> None:
+        self.url = url
+        self.name = f"upstream {url}"
+        self.channel = grpc.aio.insecure_channel(url, options=channel_options(max_message_bytes))
+        self._infer = self.channel.unary_unary(method_path("ModelInfer"))
+        self._config = self.channel.unary_unary(
+            method_path("ModelConfig"),
+            request_serializer=service_pb2.ModelConfigRequest.SerializeToString,
+            response_deserializer=service_pb2.ModelConfigResponse.FromString,
+        )
+
+    async def infer(self, request: bytes, time_left: float, on_retry: Callable[[], None]) -> bytes:
+        """One ModelInfer call (serialized request in, serialized response out).
+
+        UNAVAILABLE (no connection, a replica going away) is retried once within ``time_left``;
+        any other failure, or a second UNAVAILABLE, raises InferError with the upstream's status.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + time_left
+        try:
+            return bytes(await self._infer(request, timeout=time_left))
+        except grpc.aio.AioRpcError as exc:
+            left = deadline - loop.time()
+            if exc.code() != grpc.StatusCode.UNAVAILABLE or left <= 0:
+                raise from_upstream(exc, self.name) from None
+            logger.warning("%s unavailable (%s); retrying once", self.name, exc.details())
+            on_retry()
+        try:
+            return bytes(await self._infer(request, timeout=left))
+        except grpc.aio.AioRpcError as exc:
+            raise from_upstream(exc, self.name) from None
+
+    async def max_batch_size(self, model: str, version: str, time_left: float) -> int:
+        """``max_batch_size`` of the upstream's config of ``model`` (0: it does not batch)."""
+        request = service_pb2.ModelConfigRequest(name=model, version=version)
+        try:
+            response = await self._config(request, timeout=time_left)
+        except grpc.aio.AioRpcError as exc:
+            raise from_upstream(exc, f"{self.name} (model config of {model!r})") from None
+        return int(response.config.max_batch_size)
+
+    def unary(self, method: str) -> Any:
+        """A raw-bytes unary callable for ``method`` of the KServe service."""
+        return self.channel.unary_unary(method_path(method))
+
+    def stream(self, method: str) -> Any:
+        """A raw-bytes bidirectional-streaming callable for ``method``."""
+        return self.channel.stream_stream(method_path(method))
+
+    async def close(self) -> None:
+        await self.channel.close()
