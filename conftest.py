@@ -1,8 +1,11 @@
-"""Fixtures shared by every suite: the real local stack (Triton + middleman) on free ports."""
+"""Fixtures shared by every suite: the real local stack on free ports.
+
+The whole pipeline as the user runs it (`make up`): control plane, Envoy, Triton with the real
+model, batcher, preprocess and middleman, every hop through Envoy.
+"""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -10,18 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from inferline_stack.__main__ import down, up
 from inferline_stack.config import StackConfig
+from inferline_stack.freeports import config_on_free_ports
 from inferline_stack.processes import ProcessTable
+from inferline_stack.stack import down, up
 
 ROOT = Path(__file__).parent
 MODEL_REPOSITORY = ROOT / "build" / "model_repository"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="session")
@@ -38,17 +36,9 @@ def model_repository() -> Path:
 def stack(
     model_repository: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[StackConfig]:
-    """The real stack — Triton (PyTriton) and middleman — as processes on free ports."""
-    config = StackConfig(
-        run_dir=str(tmp_path_factory.mktemp("run")),
-        model_repository=str(model_repository),
-        public_port=free_port(),
-        middleman_metrics_port=free_port(),
-        preprocess_port=free_port(),
-        preprocess_metrics_port=free_port(),
-        triton_grpc_port=free_port(),
-        triton_http_port=free_port(),
-        triton_metrics_port=free_port(),
+    """The real stack as processes on free ports; ``public_port`` is Envoy's public listener."""
+    config = config_on_free_ports(
+        tmp_path_factory.mktemp("run"), model_repository=str(model_repository)
     )
     table = ProcessTable(Path(config.run_dir))
     if up(config, table) != 0:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -11,36 +10,25 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from inferline_stack.__main__ import down, up
 from inferline_stack.config import StackConfig
+from inferline_stack.freeports import config_on_free_ports, free_port
 from inferline_stack.processes import ProcessTable
+from inferline_stack.stack import down, up
+
+__all__ = ["RESULTS", "ROOT", "demo_client", "free_port", "local_stack", "write_result"]
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def local_stack(run_dir: Path, **overrides: Any) -> Iterator[StackConfig]:
-    """The local stack on free ports, stopped on exit."""
-    ports = {
-        name: free_port()
-        for name in (
-            "public_port",
-            "middleman_metrics_port",
-            "preprocess_port",
-            "preprocess_metrics_port",
-            "triton_grpc_port",
-            "triton_http_port",
-            "triton_metrics_port",
-        )
-    }
-    config = StackConfig(run_dir=str(run_dir), **{**ports, **overrides})
+    """The local stack on free ports (every hop through Envoy), stopped on exit.
+
+    ``overrides``: any StackConfig field, e.g. ``batcher=False`` (middleman -> Envoy ->
+    Triton), ``decode="inprocess"``, ``model="simulated_gpu"``.
+    """
+    config = config_on_free_ports(run_dir, **overrides)
     table = ProcessTable(run_dir)
     try:
         if up(config, table) != 0:

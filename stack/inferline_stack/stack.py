@@ -1,0 +1,155 @@
+"""``up`` and ``down``: the whole local stack, every hop through the real Envoy.
+
+up, in order: the endpoints file (every cluster, with the replicas still running), the
+control plane, Envoy, then replica 0 of Triton, the batcher, preprocess and middleman, each
+announced to Envoy once ready, before the next one (which reaches it through Envoy) starts;
+last, readiness through the public endpoint. Processes already running with the same
+configuration and healthy are kept, so ``up`` is idempotent. down stops everything, front to
+back, with no process left behind.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from eds import endpoints_file, envoy_config
+from inferline_stack import health, services
+from inferline_stack.config import (
+    BATCHER,
+    MAX_REPLICAS,
+    MIDDLEMAN,
+    PREPROCESS,
+    SERVICES,
+    TRITON,
+    StackConfig,
+)
+from inferline_stack.lock import scale_lock
+from inferline_stack.processes import ProcessTable
+from inferline_stack.replicas import StackError, add, forget, start_ready
+from inferline_stack.services import EDS, ENVOY, Service, parse_replica_name, replica_name
+from inferline_stack.ui import console, plain
+
+PUBLIC_MODEL = "classifier"
+PUBLIC_TIMEOUT_S = 30.0
+
+
+def up(config: StackConfig, table: ProcessTable) -> int:
+    """Start what is not running; 0 when the public endpoint answers ready, else 1 (stopped)."""
+    try:
+        with scale_lock(Path(config.run_dir)):
+            _up(config, table)
+    except StackError as exc:
+        console.print(f"[red]✗ {exc}[/]")
+        if exc.log:
+            plain(exc.log)
+        down(config, table)
+        return 1
+    console.print(
+        f"stack up: public endpoint localhost:{config.public_port} (Envoy); "
+        "'make status' shows each cluster as Envoy sees it"
+    )
+    return 0
+
+
+def _up(config: StackConfig, table: ProcessTable) -> None:
+    _stop_strays(config, table)
+    kept = _keep_replicas(config, table)
+    endpoints_file.write(
+        services.endpoints_path(config),
+        {c: [s.endpoint() for s in kept if s.cluster == c] for c in SERVICES},
+    )
+    services.write_xds_bootstrap(config)
+    _ensure(config, table, services.eds(config))
+    envoy = services.envoy(config)
+    if _keep(table, envoy):
+        console.print(f"[green]✓[/] envoy already running at {envoy.address}")
+    else:
+        path = services.run_path(config, "envoy.yaml")
+        path.write_text(envoy.inputs, encoding="utf-8")
+        ok, output = envoy_config.validate(path)
+        if not ok:
+            raise StackError(f"envoy --mode validate rejects {path}:", output[-3000:])
+        _ensure(config, table, envoy)
+    for service in config.services:
+        running = [s for s in kept if s.cluster == service]
+        for replica in running:
+            console.print(f"[green]✓[/] {replica.name} already running at {replica.address}")
+        if not any(s.name == replica_name(service, 0) for s in running):
+            add(config, table, services.replica(config, service, 0))
+    public = f"127.0.0.1:{config.public_port}"
+    start = time.monotonic()
+    if not health.wait_until(
+        lambda: health.ready(public, PUBLIC_MODEL),
+        PUBLIC_TIMEOUT_S,
+        lambda: table.running(ENVOY),
+    ):
+        raise StackError(
+            f"the public endpoint {public} (Envoy -> middleman) is not ready after "
+            f"{PUBLIC_TIMEOUT_S:g}s; last lines of {table.log_file(ENVOY)}:",
+            table.log_tail(ENVOY),
+        )
+    console.print(
+        f"[green]✓[/] {PUBLIC_MODEL} ready through Envoy at {public} "
+        f"({time.monotonic() - start:.2f}s)"
+    )
+
+
+def _keep(table: ProcessTable, service: Service) -> bool:
+    """Running, started with today's configuration, and healthy: leave it alone."""
+    if not table.running(service.name) or table.fingerprint(service.name) != service.fingerprint():
+        return False
+    # A replica's own health (what Envoy checks): its readiness may pass through hops not up yet.
+    return health.serving(service.address) if service.cluster else service.check()
+
+
+def _ensure(config: StackConfig, table: ProcessTable, service: Service) -> None:
+    if _keep(table, service):
+        console.print(f"[green]✓[/] {service.name} already running at {service.address}")
+        return
+    if table.running(service.name):
+        console.print(f"restarting {service.name} (configuration changed, or not healthy)")
+    took = start_ready(config, table, service)
+    console.print(f"[green]✓[/] {service.name} ready at {service.address} ({took:.1f}s)")
+
+
+def _keep_replicas(config: StackConfig, table: ProcessTable) -> list[Service]:
+    """The replicas that keep running (healthy, same configuration); stop the others."""
+    kept = []
+    for service in SERVICES:
+        for index in range(MAX_REPLICAS):
+            name = replica_name(service, index)
+            if not table.running(name):
+                forget(table, name)  # a stale pid file, what a crash left
+                continue
+            if service not in config.services:
+                table.stop(name, config.stop_grace_s)
+                console.print(f"stopped {name} (not part of this configuration)")
+                continue
+            replica = services.replica(config, service, index)
+            if _keep(table, replica):
+                kept.append(replica)
+            else:
+                table.stop(name, config.stop_grace_s)
+                console.print(f"stopped {name} (configuration changed, or not healthy)")
+    return kept
+
+
+def _stop_strays(config: StackConfig, table: ProcessTable) -> None:
+    """Processes of an older layout of the stack (``triton``, ``middleman``) hold its ports."""
+    for name in table.names():
+        stray = name not in (EDS, ENVOY) and parse_replica_name(name) is None
+        if stray and table.stop(name, config.stop_grace_s):
+            console.print(f"stopped {name} (left over from an older stack)")
+
+
+def down(config: StackConfig, table: ProcessTable) -> int:
+    """Stop everything, front to back (middleman first, the control plane last)."""
+    tiers = [
+        [replica_name(s, i) for i in range(MAX_REPLICAS)]
+        for s in (MIDDLEMAN, PREPROCESS, BATCHER, TRITON)
+    ]
+    for names in [*tiers, [ENVOY], [EDS], table.names()]:
+        for name in table.stop_all(names, config.stop_grace_s):
+            console.print(f"stopped {name}")
+    return 0

@@ -1,0 +1,139 @@
+"""The local stack's configuration, wiring and free ports; no process is started."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from inferline.config import ConfigError, load
+from inferline_stack import services
+from inferline_stack.config import PORT_FIELDS, PREFIX, StackConfig
+from inferline_stack.freeports import config_on_free_ports
+
+
+def test_defaults_are_the_documented_ports() -> None:
+    config = StackConfig()
+    assert config.listeners == (
+        ("middleman", 8080), ("preprocess", 8081), ("batcher", 8082), ("triton", 8083),
+    )  # fmt: skip
+    assert config.admin_url == "http://127.0.0.1:9901"
+    assert config.replica_ports("triton", 0) == (8001, 8000, 8002)
+    assert config.replica_ports("triton", 7) == (8071, 8070, 8072)  # 8081 would be Envoy's
+    assert config.replica_ports("middleman", 2) == (8290, 9380)
+    assert config.replica_ports("batcher", 1) == (8192, 9282)
+    assert config.services == ("triton", "batcher", "preprocess", "middleman")
+    with pytest.raises(ValueError, match="at most 8"):
+        config.replica_ports("triton", 8)
+
+
+def test_default_replica_ports_never_collide() -> None:
+    config = StackConfig()
+    every = [getattr(config, name) for name in PORT_FIELDS]
+    for service in ("triton", "batcher", "preprocess", "middleman"):
+        every += [p for i in range(1, 8) for p in config.replica_ports(service, i)]
+    assert len(set(every)) == len(every)
+
+
+def test_bad_settings_fail_by_name() -> None:
+    with pytest.raises(
+        ConfigError,
+        match="INFERLINE_STACK_BATCHER_PORT: port 8091 is also INFERLINE_STACK_PREPROCESS_PORT",
+    ):
+        StackConfig(batcher_port=8091)
+    with pytest.raises(ConfigError, match="INFERLINE_STACK_PROXYLESS"):
+        StackConfig(batcher=False, proxyless=True)
+    with pytest.raises(ConfigError, match="INFERLINE_STACK_TRITON_ARGS"):
+        StackConfig(triton_args="--simulated-t0-ms '40")
+    with pytest.raises(ConfigError, match="INFERLINE_STACK_DECODE"):
+        load(StackConfig, PREFIX, environ={"INFERLINE_STACK_DECODE": "gpu"})
+
+
+def test_the_configuration_travels_as_environment_variables() -> None:
+    config = StackConfig(run_dir="/tmp/x", public_port=18080, batcher=False, decode="inprocess")
+    assert load(StackConfig, PREFIX, environ=config.environ()) == config
+    assert config.environ()["INFERLINE_STACK_BATCHER"] == "false"
+
+
+def env(config: StackConfig, service: str) -> dict[str, str]:
+    return services.replica(config, service, 0).env
+
+
+def test_every_hop_goes_through_envoy() -> None:
+    config = StackConfig()
+    middleman = env(config, "middleman")
+    assert middleman["INFERLINE_MIDDLEMAN_PORT"] == "8090"
+    assert middleman["INFERLINE_MIDDLEMAN_TRITON_URL"] == "127.0.0.1:8082"  # the batcher
+    assert middleman["INFERLINE_MIDDLEMAN_PREPROCESS_URL"] == "127.0.0.1:8081"
+    assert env(config, "batcher")["INFERLINE_BATCHER_UPSTREAM_URL"] == "127.0.0.1:8083"
+    second = services.replica(config, "triton", 1)
+    assert "--grpc-port=8011" in second.argv and "--address=127.0.0.1" in second.argv
+    assert (second.name, second.endpoint().port, second.endpoint().name) == (
+        "triton-1", 8011, "triton-1",
+    )  # fmt: skip
+
+
+def test_the_direct_path_and_in_process_decoding_are_configuration_choices() -> None:
+    config = StackConfig(batcher=False, decode="inprocess", model="simulated_gpu")
+    assert config.services == ("triton", "middleman")
+    middleman = env(config, "middleman")
+    assert middleman["INFERLINE_MIDDLEMAN_TRITON_URL"] == "127.0.0.1:8083"  # Envoy -> Triton
+    assert middleman["INFERLINE_MIDDLEMAN_PREPROCESS_URL"] == ""
+    assert middleman["INFERLINE_MIDDLEMAN_TRITON_MODEL"] == "simulated_gpu"
+
+
+def test_triton_args_reach_every_replica() -> None:
+    config = StackConfig(model="simulated_gpu", triton_args="--simulated-t0-ms 40")
+    argv = services.replica(config, "triton", 3).argv
+    assert argv[-2:] == ["--simulated-t0-ms", "40"] and "--model=simulated_gpu" in argv
+
+
+def test_proxyless_batcher_dials_xds(tmp_path: Path) -> None:
+    config = StackConfig(run_dir=str(tmp_path), proxyless=True)
+    batcher = env(config, "batcher")
+    assert batcher["INFERLINE_BATCHER_UPSTREAM_URL"] == "xds:///triton"
+    assert batcher["GRPC_XDS_BOOTSTRAP"] == str(tmp_path.resolve() / "xds-bootstrap.json")
+    services.write_xds_bootstrap(config)
+    assert "127.0.0.1:18000" in (tmp_path / "xds-bootstrap.json").read_text()
+
+
+def test_a_changed_setting_changes_the_fingerprint() -> None:
+    one = services.replica(StackConfig(), "middleman", 0)
+    two = services.replica(StackConfig(batcher=False), "middleman", 0)
+    assert one.fingerprint() == services.replica(StackConfig(), "middleman", 0).fingerprint()
+    assert one.fingerprint() != two.fingerprint()
+
+
+def test_envoy_is_rendered_for_the_stack_ports() -> None:
+    config = StackConfig(public_port=18080, envoy_admin_port=19901, eds_port=28000)
+    envoy = services.envoy(config)
+    assert "--disable-hot-restart" in envoy.argv
+    assert "port_value: 18080" in envoy.inputs and "port_value: 19901" in envoy.inputs
+    assert "port_value: 28000" in envoy.inputs
+
+
+def test_replica_names() -> None:
+    assert services.parse_replica_name("triton-3") == ("triton", 3)
+    assert services.parse_replica_name("triton") is None  # the old layout's name
+    assert services.parse_replica_name("envoy-0") is None
+
+
+def bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_free_ports_leave_room_for_every_replica(tmp_path: Path) -> None:
+    config = config_on_free_ports(tmp_path, decode="inprocess", eds_port=18000)
+    assert config.decode == "inprocess" and config.eds_port == 18000
+    every = [getattr(config, name) for name in PORT_FIELDS]
+    for service in ("triton", "batcher", "preprocess", "middleman"):
+        for i in range(1, 8):
+            every += config.replica_ports(service, i)
+    assert len(set(every)) == len(every)
+    assert all(bindable(p) for p in every if p != 18000)
