@@ -24,6 +24,9 @@ class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         """Whether requests can be served now (e.g. the upstream is ready too)."""
         return True
 
+    def serves(self, name: str, version: str) -> bool:
+        return name in self.models and version in ("", "1")
+
     def check_model(self, name: str, version: str) -> None:
         """NOT_FOUND, naming what is served, unless ``name`` (version 1 or any) is served here."""
         if name not in self.models:
@@ -56,5 +59,5 @@ class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelReady(
         self, request: service_pb2.ModelReadyRequest, context: Context
     ) -> service_pb2.ModelReadyResponse:
-        served = request.name in self.models and request.version in ("", "1")
+        served = self.serves(request.name, request.version)
         return service_pb2.ModelReadyResponse(ready=served and await self.ready())

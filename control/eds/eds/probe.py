@@ -22,14 +22,13 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, TypeAlias
 
-import grpc
 import numpy as np
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferline import kserve, logs
 from inferline.server import serve_until_signal, start_server
+from inferline.servicer import Context, KServeServicer
 
 logger = logging.getLogger(__name__)
 
@@ -37,35 +36,19 @@ STATS_MODEL = "probe_stats"
 DEFAULT_OUTPUT = "PROBABILITIES"
 SERVICE_NAME = "inference.GRPCInferenceService"
 
-Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
+class ProbeService(KServeServicer):
+    server_name = "inferline-probe"
+    models = ()
 
-class ProbeService(service_pb2_grpc.GRPCInferenceServiceServicer):
     def __init__(self, backend_id: str, delay_s: float = 0.0) -> None:
         self.backend_id = backend_id
         self.delay_s = delay_s
         self.requests = 0
         self.first_request_unix = 0.0
 
-    async def ServerLive(
-        self, request: service_pb2.ServerLiveRequest, context: Context
-    ) -> service_pb2.ServerLiveResponse:
-        return service_pb2.ServerLiveResponse(live=True)
-
-    async def ServerReady(
-        self, request: service_pb2.ServerReadyRequest, context: Context
-    ) -> service_pb2.ServerReadyResponse:
-        return service_pb2.ServerReadyResponse(ready=True)
-
-    async def ModelReady(
-        self, request: service_pb2.ModelReadyRequest, context: Context
-    ) -> service_pb2.ModelReadyResponse:
-        return service_pb2.ModelReadyResponse(ready=True)
-
-    async def ServerMetadata(
-        self, request: service_pb2.ServerMetadataRequest, context: Context
-    ) -> service_pb2.ServerMetadataResponse:
-        return service_pb2.ServerMetadataResponse(name=f"inferline-probe {self.backend_id}")
+    def serves(self, name: str, version: str) -> bool:
+        return True  # a probe answers for any model name
 
     async def ModelInfer(
         self, request: service_pb2.ModelInferRequest, context: Context
