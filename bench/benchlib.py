@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from typing import Any
 
 from inferline_stack.config import StackConfig
 from inferline_stack.freeports import config_on_free_ports, free_port
+from inferline_stack.health import wait_ready
 from inferline_stack.processes import ProcessTable
 from inferline_stack.stack import down, up
 
@@ -36,6 +38,48 @@ def local_stack(run_dir: Path, **overrides: Any) -> Iterator[StackConfig]:
         yield config
     finally:
         down(config, table)
+
+
+@contextmanager
+def direct_pipeline(run_dir: Path, repository: Path) -> Iterator[str]:
+    """Triton and middleman alone, middleman decoding in process and calling Triton directly:
+    the smallest pipeline around the model (no Envoy, no batcher). Yields the public address."""
+    table = ProcessTable(run_dir)
+    grpc_port, middleman_port = free_port(), free_port()
+    triton = f"127.0.0.1:{grpc_port}"
+    processes = {
+        "triton": (
+            [
+                sys.executable,
+                "-m",
+                "inferline_models.triton",
+                f"--repository={repository}",
+                f"--grpc-port={grpc_port}",
+                f"--http-port={free_port()}",
+                f"--metrics-port={free_port()}",
+            ],
+            {},
+            (triton, "efficientnet_lite0"),
+        ),
+        "middleman": (
+            [sys.executable, "-m", "middleman"],
+            {
+                "INFERLINE_MIDDLEMAN_PORT": str(middleman_port),
+                "INFERLINE_MIDDLEMAN_METRICS_PORT": str(free_port()),
+                "INFERLINE_MIDDLEMAN_TRITON_URL": triton,
+                "INFERLINE_MIDDLEMAN_PREPROCESS_URL": "",
+            },
+            (f"127.0.0.1:{middleman_port}", "classifier"),
+        ),
+    }
+    try:
+        for name, (argv, env, (address, model)) in processes.items():
+            table.start(name, argv, env)
+            if not wait_ready(address, model, 180, functools.partial(table.running, name)):
+                raise SystemExit(f"{name} did not start:\n{table.log_tail(name)}")
+        yield f"127.0.0.1:{middleman_port}"
+    finally:
+        table.stop_all(list(reversed(processes)))
 
 
 def demo_client(target: str, duration: float, concurrency: int, *extra: str) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import ROOT, demo_client, local_stack, write_result
+from benchlib import ROOT, demo_client, direct_pipeline, local_stack, write_result
 
 from demo_client.samples import build_samples
 from inferline_models.onnx_backend import OnnxRunner, default_threads
@@ -63,18 +63,19 @@ def main() -> None:
         ceiling = model_only(args.repository, images, args.concurrency, args.duration)
     console.print(f"model only: {ceiling:.1f} images/s")
 
-    pipelines = {}
+    with direct_pipeline(Path(tempfile.mkdtemp(prefix="inferline-bench-")), args.repository) as url:
+        demo_client(url, 3, args.concurrency)  # warm-up: connections, thread pools
+        pipeline = demo_client(url, args.duration, args.concurrency)
+    # The deployed shape for comparison: Envoy in front of every hop (the batcher is left out;
+    # bench_batcher.py measures it), decoding in middleman and then at the preprocess service.
+    stacks = {}
     for decode in ("inprocess", "service"):
         run_dir = Path(tempfile.mkdtemp(prefix="inferline-bench-"))
-        # middleman + Triton: the batcher is left out (its own benchmark is bench_batcher.py);
-        # the Envoy hops stay, as deployed.
-        with local_stack(
-            run_dir, model_repository=str(args.repository), decode=decode, batcher=False
-        ) as stack:
+        overrides = {"model_repository": str(args.repository), "decode": decode, "batcher": False}
+        with local_stack(run_dir, **overrides) as stack:
             target = f"127.0.0.1:{stack.public_port}"
-            demo_client(target, 3, args.concurrency)  # warm-up: connections, thread pools
-            pipelines[decode] = demo_client(target, args.duration, args.concurrency)
-    pipeline, remote = pipelines["inprocess"], pipelines["service"]
+            demo_client(target, 3, args.concurrency)
+            stacks[decode] = demo_client(target, args.duration, args.concurrency)
 
     result = {
         "model_only_images_per_s": round(ceiling, 1),
@@ -83,10 +84,11 @@ def main() -> None:
         "pipeline_p50_ms": round(pipeline["p50_ms"], 1),
         "pipeline_p99_ms": round(pipeline["p99_ms"], 1),
         "pipeline_errors": pipeline["errors"],
-        "with_preprocess_service_images_per_s": round(remote["images_per_s"], 1),
-        "with_preprocess_service_ratio": round(remote["images_per_s"] / ceiling, 3),
-        "with_preprocess_service_p50_ms": round(remote["p50_ms"], 1),
-        "with_preprocess_service_errors": remote["errors"],
+        **{
+            f"envoy_{decode}_{key}": round(summary[key], 1)
+            for decode, summary in stacks.items()
+            for key in ("images_per_s", "p50_ms", "p99_ms", "errors")
+        },
         "concurrency": args.concurrency,
         "duration_s": args.duration,
         "images": len(images),
