@@ -701,7 +701,11 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Params, set[str], bool]:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     defaults = Params()
-    parser.add_argument("--parts", default="throughput,scale-out,latency")
+    parser.add_argument(
+        "--parts",
+        default="throughput,scale-out,latency",
+        help="comma-separated: throughput, scale-out, latency (default: all three)",
+    )
     parser.add_argument(
         "--time-scale",
         type=float,
