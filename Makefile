@@ -15,11 +15,11 @@ BENCH_BATCHER_ARGS ?=
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup model samples up down status scale demo test test-unit lint format bench bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher clean
+.PHONY: help setup model up down status scale demo test lint format bench bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher clean
 
 help: ## list the targets
 	@echo "inferline — scale-out inference pipeline (see README.md)"
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-21s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -68,9 +68,6 @@ bench: bench-e2e bench-preprocess bench-eds bench-batcher ## every benchmark
 bench-e2e: model ## model-only (ONNX Runtime) vs end-to-end images/s -> bench/results/e2e.json
 	$(PY) bench/e2e.py
 
-clean: down ## remove generated files (the venv stays)
-	rm -rf .run build
-
 bench-preprocess: setup ## preprocess backends vs a plain OpenCV loop; in process vs gRPC -> bench/results/preprocess.json
 	$(PY) bench/preprocessing.py --duration $(BENCH_DURATION)
 
@@ -82,3 +79,6 @@ bench-eds: setup ## control plane + Envoy: convergence, Envoy-hop latency, ADS f
 
 bench-batcher: setup ## batcher vs no batching vs Triton's own, on a SIMULATED GPU -> bench/results/batcher.json
 	$(PY) bench/bench_batcher.py $(BENCH_BATCHER_ARGS)
+
+clean: down ## remove generated files (the venv stays)
+	rm -rf .run build
