@@ -116,6 +116,19 @@ def find_input(
     return input_array(request, index)
 
 
+def find_batch(
+    request: service_pb2.ModelInferRequest, name: str, hint: str, max_batch: int
+) -> list[bytes]:
+    """BYTES input ``name`` of shape [N], 1 <= N <= ``max_batch``, as a list of elements."""
+    items = find_input(request, name, "BYTES", hint)
+    if items.ndim != 1 or not 0 < items.shape[0] <= max_batch:
+        raise invalid(
+            f"input {name!r} must have shape [N] with 1 <= N <= {max_batch} "
+            f"(max_batch); got {list(items.shape)}"
+        )
+    return list(items)
+
+
 def add_output(
     response: service_pb2.ModelInferResponse, name: str, array: npt.NDArray[np.generic]
 ) -> None:

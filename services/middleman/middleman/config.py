@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inferline.config import require
+from preprocess.config import require_video_settings
 
 PREFIX = "INFERLINE_MIDDLEMAN"
 
@@ -53,23 +54,7 @@ class Config:
         require(0 < self.crop <= self.resize, PREFIX, "crop", "must be > 0 and <= resize")
         require(self.max_image_bytes > 0, PREFIX, "max_image_bytes", "must be positive")
         require(self.max_pixels > 0, PREFIX, "max_pixels", "must be positive")
-        for name in ("max_video_bytes", "max_video_pixels", "max_video_frames",
-                     "max_video_duration_s", "video_max_samples", "video_chunk_frames",
-                     "video_top_k"):  # fmt: skip
-            require(getattr(self, name) > 0, PREFIX, name, "must be positive")
-        require(self.video_fps >= 0, PREFIX, "video_fps", "must be >= 0")
-        require(self.video_every_n >= 0, PREFIX, "video_every_n", "must be >= 0")
-        require(
-            self.video_fps > 0 or self.video_every_n > 0,
-            PREFIX,
-            "video_fps",
-            "video_fps or video_every_n must be positive (a default sampling)",
-        )
-        require(
-            self.max_video_bytes < self.max_message_bytes,
-            PREFIX,
-            "max_video_bytes",
-            "must be below max_message_bytes (a video arrives in one message)",
-        )
+        require(self.video_top_k > 0, PREFIX, "video_top_k", "must be positive")
+        require_video_settings(self, PREFIX)
         require(self.upstream_timeout_s > 0, PREFIX, "upstream_timeout_s", "must be positive")
         require(self.grace_s >= 0, PREFIX, "grace_s", "must not be negative")

@@ -125,17 +125,12 @@ class ClassifierService(KServeServicer):
                 f"model {VIDEO_MODEL!r} streams one response per frame: call ModelStreamInfer"
             )
         counts = self._requested(request)
-        images = kserve.find_input(request, INPUT, "BYTES", INPUT_HINT)
-        if images.ndim != 1 or not 0 < images.shape[0] <= self.max_batch:
-            raise invalid(
-                f"input {INPUT!r} must have shape [N] with 1 <= N <= {self.max_batch} "
-                f"(max_batch); got {list(images.shape)}"
-            )
+        images = kserve.find_batch(request, INPUT, INPUT_HINT, self.max_batch)
         remaining = context.time_remaining()
         deadline = time.monotonic() + (remaining if remaining else self.default_timeout)
 
         start = time.perf_counter()
-        batch = await self.preprocess(list(images), deadline - time.monotonic())
+        batch = await self.preprocess(images, deadline - time.monotonic())
         decoded = time.perf_counter()
         probabilities = await self.upstream.infer(batch, max(deadline - time.monotonic(), 0.001))
         inferred = time.perf_counter()

@@ -135,13 +135,7 @@ class PreprocessService(KServeServicer):
         if request.model_name == VIDEO_MODEL:
             raise invalid(f"model {VIDEO_MODEL!r} streams its frames: call ModelStreamInfer")
         wanted = _requested(request, IMAGE_OUTPUTS)
-        images = kserve.find_input(request, "IMAGE", "BYTES", IMAGE_HINT)
-        if images.ndim != 1 or not 0 < images.shape[0] <= self.settings.max_batch:
-            raise invalid(
-                f"input 'IMAGE' must have shape [N] with 1 <= N <= {self.settings.max_batch} "
-                f"(max_batch); got {list(images.shape)}"
-            )
-        items: list[bytes] = list(images)
+        items = kserve.find_batch(request, "IMAGE", IMAGE_HINT, self.settings.max_batch)
         start = time.perf_counter()
         decoded = await self.images.decode(items)
         backend = self.images.name
