@@ -15,16 +15,20 @@ BENCH_BATCHER_ARGS ?=
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup model up down status scale demo test lint format bench bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher clean
+.PHONY: help setup model up down status scale demo test lint check-packages format bench bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher clean
 
 help: ## list the targets
 	@echo "inferline — scale-out inference pipeline (see README.md)"
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-21s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml constraints.txt
+DISTRIBUTIONS := common services/middleman services/preprocess services/batcher control/eds envoy \
+	demo-client models stack testing
+
+$(STAMP): constraints.txt requirements-dev.txt $(addsuffix /pyproject.toml,$(DISTRIBUTIONS))
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[local,dev]'
+	$(PY) -m pip uninstall -q -y inferline 2>/dev/null || true  # the single distribution of old
+	$(PY) -m pip install -q -c constraints.txt -r requirements-dev.txt
 	@touch $@
 
 setup: $(STAMP) ## create .venv with the pinned versions (idempotent, fast when nothing changed)
@@ -54,10 +58,17 @@ demo: up ## the whole pipeline (Envoy, batcher, Triton) plus the live demo clien
 test: model ## run every test (unit, service and end-to-end through the real Triton server)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-lint: setup ## ruff (lint and format check) and mypy
+TEST_DIRS := $(wildcard $(addsuffix /tests,$(DISTRIBUTIONS)))
+
+lint: setup ## ruff (lint, format), mypy (code and every tests/ folder), import-linter (boundaries)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	@for dir in $(TEST_DIRS); do echo "mypy $$dir"; $(PY) -m mypy $$dir || exit 1; done
+	$(VENV)/bin/lint-imports
+
+check-packages: setup ## install each deployable alone into a fresh venv and start it (a few minutes)
+	$(PY) tools/check_packages.py
 
 format: setup ## apply ruff's formatting and safe fixes
 	$(PY) -m ruff format .
@@ -66,19 +77,19 @@ format: setup ## apply ruff's formatting and safe fixes
 bench: bench-e2e bench-preprocess bench-eds bench-batcher ## every benchmark
 
 bench-e2e: model ## model-only (ONNX Runtime) vs end-to-end images/s -> bench/results/e2e.json
-	$(PY) bench/e2e.py
+	$(PY) -m bench.e2e
 
 bench-preprocess: setup ## preprocess backends vs a plain OpenCV loop; in process vs gRPC -> bench/results/preprocess.json
-	$(PY) bench/preprocessing.py --duration $(BENCH_DURATION)
+	$(PY) -m bench.preprocessing --duration $(BENCH_DURATION)
 
 bench-gpu-preprocess: setup ## on a GPU machine: DALI mixed decode at batch 64 (1080p) and agreement; skips elsewhere
-	$(PY) bench/gpu_preprocess.py
+	$(PY) -m bench.gpu_preprocess
 
 bench-eds: setup ## control plane + Envoy: convergence, Envoy-hop latency, ADS fan-out -> bench/results/eds.json
-	$(PY) bench/bench_eds.py
+	$(PY) -m bench.bench_eds
 
 bench-batcher: setup ## batcher vs no batching vs Triton's own, on a SIMULATED GPU -> bench/results/batcher.json
-	$(PY) bench/bench_batcher.py $(BENCH_BATCHER_ARGS)
+	$(PY) -m bench.bench_batcher $(BENCH_BATCHER_ARGS)
 
 clean: down ## remove generated files (the venv stays)
 	rm -rf .run build

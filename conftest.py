@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from inferline_stack.config import StackConfig
-from inferline_stack.freeports import config_on_free_ports
 from inferline_stack.processes import ProcessTable
 from inferline_stack.stack import down, up
+from inferline_testing.ports import config_on_free_ports
 
 ROOT = Path(__file__).parent
 MODEL_REPOSITORY = ROOT / "build" / "model_repository"

@@ -55,10 +55,8 @@ from rich.console import Console
 from rich.table import Table
 from tritonclient.grpc import service_pb2
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from batchsim import Prediction, simulate
-from benchlib import free_port, write_result
-
+from bench.batchsim import Prediction, simulate
+from bench.benchlib import free_port, write_result
 from inferline.server import channel_options
 from inferline_models.triton import ACCESS_TOKEN_ENV
 from inferline_stack.health import wait_ready

@@ -10,8 +10,8 @@
    of ``--endpoints`` endpoints; one endpoint changes; time until the last client's ACK of the
    new version reaches the control plane. State of the world and delta.
 
-The backends are ``eds.probe`` processes (KServe v2 servers with a fixed 2 ms of simulated
-work, no model): this measures the control plane and the proxy, not inference.
+The backends are ``inferline_testing.probe`` processes (KServe v2 servers with a fixed 2 ms of
+simulated work, no model): this measures the control plane and the proxy, not inference.
 Writes bench/results/eds.json and prints a table.
 """
 
@@ -38,15 +38,17 @@ from envoy_data_plane.envoy.service.discovery.v3 import (
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import write_result
-
+from bench.benchlib import write_result
 from demo_client.client import open_clients
 from demo_client.load import LoadConfig, run_load
 from demo_client.stats import Recorder
-from eds import endpoints_file, envoy_admin
 from eds.cache import Endpoint, EndpointCache, Health
-from eds.harness import (
+from eds.resources import ENDPOINTS, SnapshotBuilder
+from eds.server import XdsServer
+from eds.sources import endpoints_file
+from eds.streams import Kind, StreamEvent
+from inferline_envoy import admin as envoy_admin
+from inferline_testing.harness import (
     EdsProcess,
     EnvoyProcess,
     Pool,
@@ -56,9 +58,6 @@ from eds.harness import (
     load,
     percentile,
 )
-from eds.resources import ENDPOINTS, SnapshotBuilder
-from eds.server import XdsServer
-from eds.streams import Kind, StreamEvent
 
 console = Console()
 ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService/"
@@ -291,7 +290,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "failed_requests": scaling["failed_requests"],
         "goals": GOALS,
         "goals_met": met,
-        "backend": "eds.probe: KServe v2, 2 ms simulated work, no model (simulated)",
+        "backend": "inferline_testing.probe: KServe v2, 2 ms simulated work, no model (simulated)",
         "concurrency": args.concurrency,
         "cpus": os.cpu_count(),
         "machine": platform.machine(),

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from inferline_stack.config import StackConfig
-from inferline_stack.freeports import config_on_free_ports, free_port
 from inferline_stack.health import wait_ready
 from inferline_stack.processes import ProcessTable
 from inferline_stack.stack import down, up
+from inferline_testing.ports import config_on_free_ports, free_port
 
 __all__ = ["RESULTS", "ROOT", "demo_client", "free_port", "local_stack", "write_result"]
 

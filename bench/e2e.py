@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,13 +22,11 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import ROOT, demo_client, direct_pipeline, local_stack, write_result
-
+from bench.benchlib import ROOT, demo_client, direct_pipeline, local_stack, write_result
 from demo_client.samples import build_samples
+from inferline.imaging.decode import Geometry, Limits, decode_image
 from inferline_models.onnx_backend import OnnxRunner, default_threads
 from inferline_models.repository import MODEL_NAME, load_spec, onnx_path
-from preprocess.decode import Geometry, Limits, decode_image
 
 console = Console()
 

@@ -6,7 +6,7 @@ Needs a CUDA GPU that DALI can see. Without one it prints SKIPPED and exits 0 (o
 --require-gpu). ``--device cpu`` runs the same measurements with DALI's CPU operators, to check
 the script itself on a machine without a GPU (its figures then say nothing about GPUs).
 
-    python bench/gpu_preprocess.py --duration 20
+    python -m bench.gpu_preprocess --duration 20
 """
 
 from __future__ import annotations
@@ -21,18 +21,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
-import numpy.typing as npt
 from rich.console import Console
 from rich.table import Table
 
-from inferline import testing
-from preprocess.backends import BackendSettings, CpuVideoBackend, OpenCVBackend, detect
+from inferline.imaging.decode import Geometry, Limits
+from inferline.imaging.video import Sampling, VideoLimits
+from inferline_testing import media
+from preprocess.backends import BackendSettings
+from preprocess.choice import detect
 from preprocess.config import usable_cores
 from preprocess.dali import DaliImageBackend, DaliVideoBackend
-from preprocess.decode import Geometry, Limits
-from preprocess.video import Sampling, VideoLimits
+from preprocess.opencv import CpuVideoBackend, OpenCVBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "gpu_preprocess.json"
@@ -40,20 +40,12 @@ PHOTOS = ("chelsea", "coffee", "astronaut", "rocket")
 console = Console()
 
 
-def photo_at(name: str, width: int, height: int) -> npt.NDArray[np.uint8]:
-    """A real photo resized to ``width`` x ``height`` (area-averaged down, bicubic up)."""
-    photo = testing.photo(name)
-    smaller = width * height < photo.shape[0] * photo.shape[1]
-    method = cv2.INTER_AREA if smaller else cv2.INTER_CUBIC
-    return np.asarray(cv2.resize(photo, (width, height), interpolation=method), dtype=np.uint8)
-
-
 def jpegs(count: int, width: int = 1920, height: int = 1080) -> list[bytes]:
     out = []
     for i in range(count):
-        rgb = photo_at(PHOTOS[i % len(PHOTOS)], width, height)
+        rgb = media.photo_at(PHOTOS[i % len(PHOTOS)], width, height)
         rgb = np.ascontiguousarray(rgb[:, ::-1] if (i // len(PHOTOS)) % 2 else rgb)
-        out.append(testing.encode(rgb, "JPEG", quality=80 + (i % 4) * 5))
+        out.append(media.encode(rgb, "JPEG", quality=80 + (i % 4) * 5))
     return out
 
 
@@ -94,9 +86,9 @@ def agreement(ours: np.ndarray[Any, Any], theirs: np.ndarray[Any, Any]) -> dict[
 
 def video_check(settings: BackendSettings, device: str) -> dict[str, Any]:
     """DALI's video decoder (NVDEC on ``mixed``) against OpenCV on one clip: frames/s, agreement."""
-    codec = "h264_mp4" if testing.FFMPEG and device == "mixed" else "vp9_webm"
-    frames = testing.video_frames(150, 1280, 720)
-    data = testing.make_video(codec, frames, fps=30.0)
+    codec = "h264_mp4" if media.FFMPEG and device == "mixed" else "vp9_webm"
+    frames = media.video_frames(150, 1280, 720)
+    data = media.make_video(codec, frames, fps=30.0)
     cpu = CpuVideoBackend(settings.geometry, settings.video_limits, chunk=16)
     dali = DaliVideoBackend(settings, cpu, device=device)
     sampling = Sampling(every_n=1, fps=0.0, max_samples=10_000)

@@ -13,7 +13,7 @@ pre-serialised requests over a raw gRPC channel and does not parse responses, to
 Beside images/s, CPU milliseconds per image (service process + client, from /proc) show the
 cost of the placement even on a machine that other work shares.
 
-    python bench/preprocessing.py --duration 10
+    python -m bench.preprocessing --duration 10
 """
 
 from __future__ import annotations
@@ -37,18 +37,18 @@ from typing import Any
 import cv2
 import grpc
 import numpy as np
-import numpy.typing as npt
 import tritonclient.grpc as triton
 from rich.console import Console
 from rich.table import Table
 from tritonclient.grpc import service_pb2
 
-from inferline import kserve, testing
+from inferline import kserve
+from inferline.imaging.decode import Geometry, Limits
 from inferline.server import channel_options
+from inferline_testing import media
 from middleman.pipeline import InProcessPreprocessor, RemotePreprocessor
-from preprocess.backends import detect
+from preprocess.choice import detect
 from preprocess.config import usable_cores
-from preprocess.decode import Geometry, Limits
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "preprocess.json"
@@ -61,26 +61,16 @@ console = Console()
 # -- the image set ----------------------------------------------------------------------------
 
 
-def photo_at(name: str, width: int, height: int) -> npt.NDArray[np.uint8]:
-    """A real photo resized to ``width`` x ``height`` (area-averaged down, bicubic up)."""
-    photo = testing.photo(name)
-    smaller = width * height < photo.shape[0] * photo.shape[1]
-    method = cv2.INTER_AREA if smaller else cv2.INTER_CUBIC
-    return np.asarray(cv2.resize(photo, (width, height), interpolation=method), dtype=np.uint8)
-
-
 def image_set(per_size: int) -> dict[str, list[bytes]]:
     """``per_size`` JPEGs per size: each photo, mirrored and at two qualities, round-robin."""
     images: dict[str, list[bytes]] = {}
     for width, height in SIZES:
         batch = []
         for i in range(per_size):
-            rgb = photo_at(PHOTOS[i % len(PHOTOS)], width, height)
+            rgb = media.photo_at(PHOTOS[i % len(PHOTOS)], width, height)
             if (i // len(PHOTOS)) % 2:
                 rgb = rgb[:, ::-1]
-            batch.append(
-                testing.encode(np.ascontiguousarray(rgb), "JPEG", quality=85 + 5 * (i % 2))
-            )
+            batch.append(media.encode(np.ascontiguousarray(rgb), "JPEG", quality=85 + 5 * (i % 2)))
         images[f"{width}x{height}"] = batch
     return images
 

@@ -68,12 +68,13 @@ def load(
     argv: Sequence[str] | None = None,
     environ: Mapping[str, str] | None = None,
     description: str | None = None,
+    prog: str | None = None,
 ) -> T:
     """Build ``cls`` (a dataclass) from defaults, then ``environ``, then ``argv`` flags."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
     env = os.environ if environ is None else environ
-    parser = argparse.ArgumentParser(description=description)
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     values: dict[str, Any] = {}
     for field in dataclasses.fields(cls):
         kind = _field_type(cls, field)

@@ -56,7 +56,8 @@ def run(
     logs.setup()
     expected: tuple[type[Exception], ...] = (ConfigError, OSError, *fatal)
     try:
-        config = load(config_type, prefix, sys.argv[1:], description=description)
+        prog = f"python -m {name}"
+        config = load(config_type, prefix, sys.argv[1:], description=description, prog=prog)
         asyncio.run(serve(config, start))
     except expected as error:
         sys.exit(f"{name}: {error}")

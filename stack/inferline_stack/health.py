@@ -12,7 +12,7 @@ import tritonclient.grpc as triton
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from eds import envoy_admin
+from inferline_envoy import admin as envoy_admin
 
 POLL_S = 0.1  # between readiness checks; the check itself is the signal, not the wait
 

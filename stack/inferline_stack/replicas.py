@@ -3,7 +3,7 @@
 Adding: start, wait for the replica's own readiness (KServe ServerReady/ModelReady on its
 direct port), then announce it (HEALTHY in the endpoints file; control/eds pushes it) and wait
 until Envoy routes to it. Draining: DRAINING in the file, wait until Envoy has nothing in
-flight to it, stop the process, remove it from the file (``eds.scaling``).
+flight to it, stop the process, remove it from the file (:mod:`inferline_stack.scaling`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ import functools
 import time
 from pathlib import Path
 
-from eds import endpoints_file, envoy_admin, scaling
+from eds.sources import endpoints_file
+from inferline_envoy import admin as envoy_admin
+from inferline_stack import scaling
 from inferline_stack.config import MAX_REPLICAS, StackConfig
 from inferline_stack.health import wait_until
 from inferline_stack.processes import ProcessTable, alive

@@ -18,8 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eds import envoy_config, proxyless
 from eds.cache import Endpoint
+from inferline_envoy import config as envoy_config
+from inferline_envoy import proxyless
 from inferline_stack import health
 from inferline_stack.config import (
     BATCHER,

@@ -13,7 +13,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from eds import endpoints_file, envoy_config
+from eds.sources import endpoints_file
+from inferline_envoy import config as envoy_config
 from inferline_stack import health, services
 from inferline_stack.config import (
     BATCHER,

@@ -8,7 +8,7 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from eds import envoy_admin
+from inferline_envoy import admin as envoy_admin
 from inferline_stack import services
 from inferline_stack.config import StackConfig
 from inferline_stack.processes import ProcessTable

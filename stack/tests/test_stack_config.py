@@ -10,7 +10,7 @@ import pytest
 from inferline.config import ConfigError, load
 from inferline_stack import services
 from inferline_stack.config import PORT_FIELDS, PREFIX, StackConfig
-from inferline_stack.freeports import config_on_free_ports
+from inferline_testing.ports import config_on_free_ports
 
 
 def test_defaults_are_the_documented_ports() -> None:

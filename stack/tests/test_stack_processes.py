@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from eds import endpoints_file
 from eds.cache import Endpoint
+from eds.sources import endpoints_file
 from inferline_stack import replicas, services
 from inferline_stack.__main__ import main
-from inferline_stack.freeports import config_on_free_ports
 from inferline_stack.processes import ProcessTable, group_alive
 from inferline_stack.scale import scale
 from inferline_stack.stack import down
 from inferline_stack.status import status
+from inferline_testing.ports import config_on_free_ports
 
 # A leader that exits on SIGTERM and leaves a child behind in its process group.
 LEAVES_A_CHILD = [

@@ -14,7 +14,7 @@ import tritonclient.grpc as triton
 import tritonclient.grpc.aio as triton_aio
 from tritonclient.utils import InferenceServerException
 
-from inferline import testing
+from inferline_testing import media
 
 pytestmark = pytest.mark.e2e
 
@@ -24,9 +24,9 @@ BAD_IMAGES: dict[str, tuple[Callable[[], bytes], str, str]] = {
     "empty": (lambda: b"", INVALID, "empty image"),
     "random": (lambda: np.random.default_rng(1).bytes(4096), INVALID, "not a recognised image"),
     "text": (lambda: b"hello, I am not a picture\n" * 10, INVALID, "not a recognised image"),
-    "truncated_jpeg": (testing.truncated_jpeg, INVALID, "truncated JPEG"),
-    "huge_header_jpeg": (testing.huge_header_jpeg, INVALID, "65000x65000"),
-    "png_bomb": (testing.png_bomb, INVALID, "max_pixels"),
+    "truncated_jpeg": (media.truncated_jpeg, INVALID, "truncated JPEG"),
+    "huge_header_jpeg": (media.huge_header_jpeg, INVALID, "65000x65000"),
+    "png_bomb": (media.png_bomb, INVALID, "max_pixels"),
     "over_image_limit": (lambda: b"\xff\xd8" + b"\x00" * (17 * 1024 * 1024), INVALID, "max_bytes"),
 }
 
@@ -52,14 +52,14 @@ def expect_error(call: Callable[[], object], status: str, words: str) -> None:
 @pytest.mark.parametrize("name", sorted(BAD_IMAGES))
 def test_bad_image_gets_a_precise_status(public_url: str, name: str) -> None:
     make, status, words = BAD_IMAGES[name]
-    expect_error(lambda: infer(public_url, [testing.cat_jpeg(), make()]), status, words)
+    expect_error(lambda: infer(public_url, [media.cat_jpeg(), make()]), status, words)
     # The message says which image of the request was bad.
-    expect_error(lambda: infer(public_url, [testing.cat_jpeg(), make()]), status, "image 1")
+    expect_error(lambda: infer(public_url, [media.cat_jpeg(), make()]), status, "image 1")
 
 
 def test_unknown_model_is_not_found(public_url: str) -> None:
     expect_error(
-        lambda: infer(public_url, [testing.cat_jpeg()], model="resnet"),
+        lambda: infer(public_url, [media.cat_jpeg()], model="resnet"),
         "StatusCode.NOT_FOUND",
         "unknown model 'resnet'",
     )
@@ -67,12 +67,12 @@ def test_unknown_model_is_not_found(public_url: str) -> None:
 
 def test_wrong_input_name_and_datatype(public_url: str) -> None:
     expect_error(
-        lambda: infer(public_url, [testing.cat_jpeg()], name="INPUT"),
+        lambda: infer(public_url, [media.cat_jpeg()], name="INPUT"),
         INVALID,
         "expects input 'IMAGE'",
     )
     expect_error(
-        lambda: infer(public_url, [testing.cat_jpeg()], datatype="UINT8"),
+        lambda: infer(public_url, [media.cat_jpeg()], datatype="UINT8"),
         INVALID,
         "must be BYTES",
     )
@@ -96,7 +96,7 @@ async def test_good_requests_succeed_alongside_bad_ones(public_url: str) -> None
             return "OK"
 
         bad = [make() for make, _, _ in BAD_IMAGES.values()]
-        results = await asyncio.gather(*(send(d) for d in [testing.cat_jpeg()] * 8 + bad))
+        results = await asyncio.gather(*(send(d) for d in [media.cat_jpeg()] * 8 + bad))
         assert results[:8] == ["OK"] * 8
         assert all(r == INVALID for r in results[8:]), results
         assert await client.is_server_ready()

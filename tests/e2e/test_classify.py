@@ -9,7 +9,7 @@ import numpy.typing as npt
 import pytest
 import tritonclient.grpc as triton
 
-from inferline import testing
+from inferline_testing import media
 
 pytestmark = pytest.mark.e2e
 
@@ -28,13 +28,13 @@ def top_indices(row: npt.NDArray[Any]) -> list[int]:
 
 
 def test_a_cat_photo_is_a_cat(public_url: str) -> None:
-    top3 = classify(public_url, [testing.cat_jpeg()])
+    top3 = classify(public_url, [media.cat_jpeg()])
     assert top3.shape == (1, 3)
-    assert set(top_indices(top3[0])) & set(testing.CAT_CLASSES), top3
+    assert set(top_indices(top3[0])) & set(media.CAT_CLASSES), top3
 
 
 def test_classification_strings_are_score_index_label(public_url: str) -> None:
-    (row,) = classify(public_url, [testing.encode(testing.photo("coffee"))], class_count=5)
+    (row,) = classify(public_url, [media.encode(media.photo("coffee"))], class_count=5)
     scores = [float(item.split(b":")[0]) for item in row]
     assert scores == sorted(scores, reverse=True) and 0 < scores[0] <= 1
     assert row[0].split(b":", 2)[2] in (b"espresso", b"cup", b"coffee mug")
@@ -42,20 +42,20 @@ def test_classification_strings_are_score_index_label(public_url: str) -> None:
 
 def test_probabilities_are_a_distribution_per_image(public_url: str) -> None:
     with triton.InferenceServerClient(public_url) as client:
-        images = [testing.cat_jpeg(), testing.encode(testing.photo("coffee"))]
+        images = [media.cat_jpeg(), media.encode(media.photo("coffee"))]
         tensor = triton.InferInput("IMAGE", [2], "BYTES")
         tensor.set_data_from_numpy(np.array(images, dtype=np.object_))
         probs = client.infer("classifier", [tensor]).as_numpy("PROBABILITIES")
     assert probs.shape == (2, 1000) and probs.dtype == np.float32
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-3)
-    assert int(probs[0].argmax()) in testing.CAT_CLASSES
-    assert int(probs[1].argmax()) not in testing.CAT_CLASSES
+    assert int(probs[0].argmax()) in media.CAT_CLASSES
+    assert int(probs[1].argmax()) not in media.CAT_CLASSES
 
 
-@pytest.mark.parametrize("name", sorted(testing.UNUSUAL))
+@pytest.mark.parametrize("name", sorted(media.UNUSUAL))
 def test_unusual_images_classify_normally(public_url: str, name: str) -> None:
-    top3 = classify(public_url, [testing.UNUSUAL[name]()])
-    assert set(top_indices(top3[0])) & set(testing.CAT_CLASSES), (name, top3)
+    top3 = classify(public_url, [media.UNUSUAL[name]()])
+    assert set(top_indices(top3[0])) & set(media.CAT_CLASSES), (name, top3)
 
 
 def test_metadata_answers_as_triton_would(public_url: str) -> None:

@@ -18,12 +18,12 @@ import pytest
 from demo_client.client import open_clients
 from demo_client.load import LoadConfig, run_load
 from demo_client.stats import Recorder
-from inferline import testing
 from inferline_stack.config import StackConfig
-from inferline_stack.freeports import config_on_free_ports
 from inferline_stack.processes import ProcessTable
 from inferline_stack.scale import scale
 from inferline_stack.stack import down, up
+from inferline_testing import media
+from inferline_testing.ports import config_on_free_ports
 
 pytestmark = pytest.mark.e2e
 
@@ -61,7 +61,7 @@ async def test_the_batcher_balances_over_triton_itself(proxyless_stack: StackCon
     recorder = Recorder(concurrency=8)
     stop = asyncio.Event()
     load = LoadConfig(concurrency=8, timeout_s=30.0, duration_s=3600.0)
-    images = [testing.encode(testing.photo("chelsea")[:96, :128])]
+    images = [media.encode(media.photo("chelsea")[:96, :128])]
     async with open_clients(f"127.0.0.1:{config.public_port}", 2) as clients:
         task = asyncio.create_task(run_load(clients, load, images, recorder, stop))
         try:

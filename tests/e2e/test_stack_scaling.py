@@ -23,14 +23,16 @@ import pytest
 from demo_client.client import open_clients
 from demo_client.load import LoadConfig, run_load
 from demo_client.stats import Recorder
-from eds import endpoints_file, envoy_admin, envoy_config
 from eds.cache import Health
-from inferline import testing
+from eds.sources import endpoints_file
+from inferline_envoy import admin as envoy_admin
+from inferline_envoy import config as envoy_config
 from inferline_stack.config import TRITON, StackConfig
-from inferline_stack.freeports import config_on_free_ports
 from inferline_stack.processes import ProcessTable, group_alive, kill_group
 from inferline_stack.services import HOST, endpoints_path
 from inferline_stack.stack import down, up
+from inferline_testing import media
+from inferline_testing.ports import config_on_free_ports
 
 pytestmark = pytest.mark.e2e
 
@@ -60,7 +62,7 @@ def scaling_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackCon
 
 def images() -> list[bytes]:
     """Small real JPEGs: decoding them costs little; the tensors are full size (224²)."""
-    return [testing.encode(testing.photo(name)[:96, :128]) for name in ("chelsea", "coffee")]
+    return [media.encode(media.photo(name)[:96, :128]) for name in ("chelsea", "coffee")]
 
 
 @contextlib.asynccontextmanager

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eds import endpoints_file as ef
 from eds.cache import Endpoint, Health
+from eds.sources import endpoints_file as ef
 
 T0 = Endpoint("127.0.0.1", 8001, Health.HEALTHY, 1, "local", "triton-0")
 T1 = Endpoint("127.0.0.1", 8011, Health.DRAINING, 2, "", "triton-1")

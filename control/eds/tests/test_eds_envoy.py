@@ -1,8 +1,9 @@
 """The control plane with the real Envoy and real gRPC backends, under load from the demo client.
 
 Every test starts its own processes on free ports: the control plane (``python -m eds``,
-file source), Envoy (rendered from the template), and probe backends (``python -m eds.probe``,
-KServe v2 servers that report which replica served a request and when its first one came).
+file source), Envoy (rendered from the template), and probe backends
+(``python -m inferline_testing.probe``, KServe v2 servers that report which replica served a
+request and when its first one came).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import aiohttp
 import pytest
 
 from demo_client.stats import Recorder
-from eds import endpoints_file, envoy_admin, envoy_config
-from eds.harness import EdsProcess, EnvoyProcess, Pool, ScaleUp, envoy_params, load
+from eds.sources import endpoints_file
+from inferline_envoy import admin as envoy_admin
+from inferline_envoy import config as envoy_config
+from inferline_testing.harness import EdsProcess, EnvoyProcess, Pool, ScaleUp, envoy_params, load
 
 CONVERGENCE_GOAL_S = 1.0
 # The health-check window: a dead backend fails `unhealthy_threshold` checks `interval` apart,

@@ -19,11 +19,13 @@ import grpc
 import pytest
 from prometheus_client import REGISTRY
 
-from eds import envoy_admin, envoy_config
 from eds.cache import Endpoint, EndpointCache, Health
-from eds.harness import EnvoyProcess, envoy_params, free_port
 from eds.resources import SnapshotBuilder
 from eds.server import XdsServer
+from inferline_envoy import admin as envoy_admin
+from inferline_envoy import config as envoy_config
+from inferline_testing.harness import EnvoyProcess, envoy_params
+from inferline_testing.ports import free_port
 
 CLUSTERS = ["triton", "batcher"]
 CLA = "ClusterLoadAssignment"

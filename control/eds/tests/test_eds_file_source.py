@@ -8,8 +8,8 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY
 
-from eds import endpoints_file as ef
 from eds.cache import Endpoint, EndpointCache
+from eds.sources import endpoints_file as ef
 from eds.sources.file import FileSource
 
 T0 = Endpoint("127.0.0.1", 8001, name="triton-0")
@@ -27,7 +27,7 @@ def test_a_missing_file_keeps_the_cache_not_ready(tmp_path: Path) -> None:
     assert not cache.ready
     ef.write(tmp_path / "endpoints.yaml", {"triton": [T0]})
     assert source.poll()
-    assert cache.ready and cache.get("triton").endpoints == (T0,)  # type: ignore[union-attr]
+    assert cache.ready and cache.get("triton").endpoints == (T0,)
 
 
 def test_each_rewrite_is_applied_once(tmp_path: Path) -> None:
@@ -68,7 +68,8 @@ def test_a_bad_file_keeps_the_last_good_endpoints(tmp_path: Path) -> None:
     path.write_text("clusters: {triton: [{address: localhost, port: 1}]}")
     assert not source.poll()
     assert errors() == before + 1
-    assert cache.get("triton").endpoints == (T0,)  # type: ignore[union-attr]
+    state = cache.get("triton")
+    assert state is not None and state.endpoints == (T0,)
     assert not source.poll()  # the same bad file is not re-read and re-reported
     assert errors() == before + 1
     ef.write(path, {"triton": [T1]})

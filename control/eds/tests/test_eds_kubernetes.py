@@ -18,8 +18,9 @@ from kubernetes_asyncio import client
 from prometheus_client import REGISTRY
 
 from eds.cache import Endpoint, EndpointCache, Health
-from eds.harness import Process, free_port, python, wait_serving
 from eds.sources.kubernetes import Backoff, KubernetesSource
+from inferline_testing.harness import Process, python, wait_serving
+from inferline_testing.ports import free_port
 
 SERVICES = ("triton", "batcher")
 
@@ -201,7 +202,7 @@ async def test_the_list_follows_continue_tokens(kube_api: Any) -> None:
             kwargs["limit"] = 2
             return original(*args, **kwargs)
 
-        source._discovery.list_namespaced_endpoint_slice = small_pages
+        source._discovery.list_namespaced_endpoint_slice = small_pages  # type: ignore[method-assign]
         await source.list()
     finally:
         await api.close()

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from eds import endpoints_file, proxyless
 from eds.cache import Health
-from eds.harness import EdsProcess, Pool
+from eds.sources import endpoints_file
+from inferline_envoy import proxyless
+from inferline_testing.harness import EdsProcess, Pool
 
 CLIENT = Path(__file__).with_name("eds_proxyless_client.py")
 

@@ -58,7 +58,7 @@ class Stream:
             await asyncio.wait_for(self.responses.get(), seconds)
 
     async def code(self) -> grpc.StatusCode:
-        return await self.call.code()  # type: ignore[no-any-return]
+        return await self.call.code()
 
     def cancel(self) -> None:
         self._reader.cancel()

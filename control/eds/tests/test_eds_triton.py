@@ -17,9 +17,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc.aio import InferenceServerClient, InferInput
 
-from eds import endpoints_file, envoy_admin
 from eds.cache import Endpoint
-from eds.harness import EdsProcess, EnvoyProcess, envoy_params
+from eds.sources import endpoints_file
+from inferline_envoy import admin as envoy_admin
+from inferline_testing.harness import EdsProcess, EnvoyProcess, envoy_params
 
 pytestmark = pytest.mark.e2e
 

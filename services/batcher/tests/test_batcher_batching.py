@@ -44,8 +44,8 @@ def tensor_data(draw: Any, datatype: str, shape: list[int], typed: bool) -> tupl
         items = draw(st.lists(st.binary(max_size=6), min_size=count, max_size=count))
         return (items if typed else None), join_bytes(items)
     if typed:
-        dtype = {"BOOL": np.bool_, "UINT8": np.uint8, "INT32": np.int32, "INT64": np.int64}
-        dtype |= {"FP32": np.float32, "FP64": np.float64}
+        dtype: dict[str, type[np.generic]] = {"BOOL": np.bool_, "UINT8": np.uint8}
+        dtype |= {"INT32": np.int32, "INT64": np.int64, "FP32": np.float32, "FP64": np.float64}
         seed = draw(st.integers(0, 2**31))
         rng = np.random.default_rng(seed)
         values = (

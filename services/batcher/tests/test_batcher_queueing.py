@@ -15,7 +15,7 @@ Arrival = tuple[str | None, int, float, float | None]  # key, items, gap before 
 
 @st.composite
 def arrivals(draw: Any) -> list[Arrival]:
-    return draw(
+    drawn: list[Arrival] = draw(
         st.lists(
             st.tuples(
                 st.sampled_from(["a", "b", "c", None]),
@@ -27,6 +27,7 @@ def arrivals(draw: Any) -> list[Arrival]:
             max_size=40,
         )
     )
+    return drawn
 
 
 @settings(max_examples=300, deadline=None)

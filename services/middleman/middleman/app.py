@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from tritonclient.grpc import service_pb2_grpc
 
+from inferline.imaging.decode import Geometry, Limits
+from inferline.imaging.settings import default_sampling, video_limits
 from inferline.labels import load_labels
 from inferline.server import RunningServer, start_server
 from middleman.config import Config
@@ -18,8 +20,6 @@ from middleman.pipeline import (
 )
 from middleman.service import ClassifierService
 from middleman.video import FrameSource, InProcessFrames, RemoteFrames, VideoClassifier
-from preprocess.decode import Geometry, Limits
-from preprocess.video import Sampling, VideoLimits
 
 logger = logging.getLogger(__name__)
 
@@ -58,20 +58,10 @@ def make_frame_source(config: Config) -> FrameSource:
     """Video frames from the preprocess service's preprocess_video, or decoded in process."""
     if config.preprocess_url:
         return RemoteFrames(config.preprocess_url, config.crop)
-    sampling = Sampling(  # every_n, when set, wins over fps
-        every_n=config.video_every_n,
-        fps=0.0 if config.video_every_n else config.video_fps,
-        max_samples=config.video_max_samples,
-    )
     return InProcessFrames(
         Geometry(config.resize, config.crop),
-        VideoLimits(
-            config.max_video_bytes,
-            config.max_video_pixels,
-            config.max_video_frames,
-            config.max_video_duration_s,
-        ),
-        sampling,
+        video_limits(config),
+        default_sampling(config),
         config.video_max_samples,
         config.video_chunk_frames,
         config.decode_threads,

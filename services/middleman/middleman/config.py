@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inferline.config import require
-from preprocess.config import require_video_settings
+from inferline.imaging.settings import require_video_settings
 
 PREFIX = "INFERLINE_MIDDLEMAN"
 

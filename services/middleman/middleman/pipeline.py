@@ -22,8 +22,8 @@ from tritonclient.utils import InferenceServerException
 
 from inferline import kserve
 from inferline.errors import InferError, from_upstream, invalid
+from inferline.imaging.decode import DecodeError, Geometry, Limits, check_size, decode_image
 from inferline.server import channel_options
-from preprocess.decode import DecodeError, Geometry, Limits, check_size, decode_image
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Model ``classifier_video``: a whole video in, one classified frame at a time out.
 
 Frames come from the preprocess service's ``preprocess_video`` stream, or are decoded in this
-process (the same core, :mod:`preprocess.video`); each chunk of frames is one inference call,
+process (the same core, :mod:`inferline.imaging.video`); each chunk of frames is one inference call,
 and every frame becomes its own result as soon as its chunk is classified.
 """
 
@@ -21,11 +21,11 @@ import tritonclient.grpc.aio as triton
 from tritonclient.utils import InferenceServerException
 
 from inferline.errors import InferError, from_upstream, invalid
+from inferline.imaging.decode import DecodeError, Geometry
+from inferline.imaging.streaming import read_chunks
+from inferline.imaging.video import CpuVideoReader, FrameChunk, Sampling, VideoLimits
 from inferline.server import channel_options
 from middleman.pipeline import TritonUpstream
-from preprocess.backends import read_chunks
-from preprocess.decode import DecodeError, Geometry
-from preprocess.video import CpuVideoReader, FrameChunk, Sampling, VideoLimits
 
 logger = logging.getLogger(__name__)
 

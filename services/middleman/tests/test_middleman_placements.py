@@ -7,6 +7,7 @@ the session's Triton; each is ready once its KServe ServerReady/ModelReady RPCs 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import socket
 import sys
@@ -22,10 +23,10 @@ import tritonclient.grpc as triton_sync
 import tritonclient.grpc.aio as triton
 from tritonclient.utils import InferenceServerException
 
-from inferline import testing
 from inferline_stack.config import StackConfig
 from inferline_stack.health import wait_ready
 from inferline_stack.processes import ProcessTable
+from inferline_testing import media
 
 pytestmark = pytest.mark.e2e
 
@@ -84,7 +85,7 @@ def middlemen(
     try:
         for name, argv, env, url, model in processes:
             table.start(name, [sys.executable, "-m", *argv], env)
-            if not wait_ready(url, model, 60, lambda n=name: table.running(n)):
+            if not wait_ready(url, model, 60, functools.partial(table.running, name)):
                 pytest.fail(f"{name} did not become ready:\n{table.log_tail(name)}")
         yield urls
     finally:
@@ -115,7 +116,7 @@ async def classify_video(
 
 
 async def test_one_response_per_sampled_frame_with_top_k(public_url: str) -> None:
-    results = await classify_video(public_url, testing.make_video("mpeg4_mp4"))  # 3 s, 10 fps
+    results = await classify_video(public_url, media.make_video("mpeg4_mp4"))  # 3 s, 10 fps
     assert [int(r.as_numpy("FRAME_INDEX")[0]) for r in results] == [0, 5, 10, 15, 20, 25]
     stamps = [float(r.as_numpy("TIMESTAMP")[0]) for r in results]
     np.testing.assert_allclose(stamps, [0, 0.5, 1, 1.5, 2, 2.5], atol=0.011)
@@ -125,7 +126,7 @@ async def test_one_response_per_sampled_frame_with_top_k(public_url: str) -> Non
         top = result.as_numpy("PROBABILITIES")
         assert top.shape == (1, 5)  # video_top_k by default
         indices = {int(item.split(b":")[1]) for item in top[0]}
-        assert indices & set(testing.CAT_CLASSES), top
+        assert indices & set(media.CAT_CLASSES), top
 
 
 async def test_video_outputs_and_sampling_are_the_requests_to_choose(public_url: str) -> None:
@@ -133,17 +134,17 @@ async def test_video_outputs_and_sampling_are_the_requests_to_choose(public_url:
         triton.InferRequestedOutput("PROBABILITIES"),
         triton.InferRequestedOutput("FRAME_INDEX"),
     ]
-    results = await classify_video(public_url, testing.make_video("vp9_webm"), outputs, every_n=10)
+    results = await classify_video(public_url, media.make_video("vp9_webm"), outputs, every_n=10)
     assert [int(r.as_numpy("FRAME_INDEX")[0]) for r in results] == [0, 10, 20]
     for result in results:
         probabilities = result.as_numpy("PROBABILITIES")
         assert probabilities.shape == (1, 1000) and probabilities.dtype == np.float32
-        assert int(probabilities.argmax()) in testing.CAT_CLASSES
+        assert int(probabilities.argmax()) in media.CAT_CLASSES
         assert result.as_numpy("TIMESTAMP") is None
 
 
 async def test_a_refused_video_is_invalid_argument_naming_the_limit(public_url: str) -> None:
-    long_video = testing.make_video("mpeg4_mp4", testing.video_frames(25, 64, 48), fps=1.0)
+    long_video = media.make_video("mpeg4_mp4", media.video_frames(25, 64, 48), fps=1.0)
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await classify_video(public_url, long_video)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -4,7 +4,7 @@ import cv2
 
 from inferline.main import run
 from preprocess import app
-from preprocess.backends import BackendUnavailable
+from preprocess.choice import BackendUnavailable
 from preprocess.config import PREFIX, Config
 
 if __name__ == "__main__":

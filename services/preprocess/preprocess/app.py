@@ -8,21 +8,14 @@ from dataclasses import dataclass
 
 from tritonclient.grpc import service_pb2_grpc
 
+from inferline.imaging.decode import Geometry, Limits
+from inferline.imaging.settings import default_sampling, video_limits
 from inferline.server import RunningServer, start_server
 from preprocess import metrics
-from preprocess.backends import (
-    BackendSettings,
-    ImageBackend,
-    Machine,
-    VideoBackend,
-    choose,
-    create,
-    detect,
-)
+from preprocess.backends import BackendSettings, ImageBackend, VideoBackend
+from preprocess.choice import Machine, choose, create, detect
 from preprocess.config import Config
-from preprocess.decode import Geometry, Limits
 from preprocess.service import PreprocessService, ServiceSettings
-from preprocess.video import Sampling, VideoLimits
 
 logger = logging.getLogger(__name__)
 
@@ -50,25 +43,12 @@ def backend_settings(config: Config) -> BackendSettings:
     return BackendSettings(
         geometry=Geometry(config.resize, config.crop),
         limits=Limits(config.max_image_bytes, config.max_pixels),
-        video_limits=VideoLimits(
-            config.max_video_bytes,
-            config.max_video_pixels,
-            config.max_video_frames,
-            config.max_video_duration_s,
-        ),
+        video_limits=video_limits(config),
         workers=config.threads,
         max_batch=config.max_batch,
         gpu_pipelines=config.gpu_pipelines,
         device_id=config.device_id,
         video_chunk=config.video_chunk_frames,
-    )
-
-
-def default_sampling(config: Config) -> Sampling:
-    return Sampling(  # every_n, when set, wins over fps
-        every_n=config.video_every_n,
-        fps=0.0 if config.video_every_n else config.video_fps,
-        max_samples=config.video_max_samples,
     )
 
 

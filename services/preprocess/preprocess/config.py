@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Protocol
 
 from inferline.config import require
+from inferline.imaging.settings import require_video_settings
 
 PREFIX = "INFERLINE_PREPROCESS"
 
@@ -19,41 +19,6 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
-
-
-class VideoSettings(Protocol):
-    """The video limits and default sampling that preprocess and middleman both configure."""
-
-    # Read-only (the configs are frozen dataclasses); the positive ones are checked by name.
-    @property
-    def video_fps(self) -> float: ...
-    @property
-    def video_every_n(self) -> int: ...
-    @property
-    def max_video_bytes(self) -> int: ...
-    @property
-    def max_message_bytes(self) -> int: ...
-
-
-def require_video_settings(config: VideoSettings, prefix: str) -> None:
-    """Validate ``config``'s video settings, failing by ``<prefix>_<NAME>``."""
-    for name in ("max_video_bytes", "max_video_pixels", "max_video_frames",
-                 "max_video_duration_s", "video_max_samples", "video_chunk_frames"):  # fmt: skip
-        require(getattr(config, name) > 0, prefix, name, "must be positive")
-    require(config.video_fps >= 0, prefix, "video_fps", "must be >= 0")
-    require(config.video_every_n >= 0, prefix, "video_every_n", "must be >= 0")
-    require(
-        config.video_fps > 0 or config.video_every_n > 0,
-        prefix,
-        "video_fps",
-        "video_fps or video_every_n must be positive (a default sampling)",
-    )
-    require(
-        config.max_video_bytes < config.max_message_bytes,
-        prefix,
-        "max_video_bytes",
-        "must be below max_message_bytes (a video arrives in one message)",
-    )
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ pool of them and a thread per pipeline, which keeps the asyncio loop free.
 Geometry is computed inside the graph from each decoded image's shape: the centre square that
 becomes the crop after scaling the shorter side to ``resize`` is resized straight to
 ``crop x crop`` (one resampling, antialiased) — the same mapping as
-:func:`preprocess.decode.resize_crop`.
+:func:`inferline.imaging.decode.resize_crop`.
 
 A batch that DALI cannot decode raises for the whole batch and leaves the pipeline unusable, so
 the pipeline is rebuilt and the batch's images are decoded one by one to find the bad one.
@@ -32,9 +32,9 @@ from nvidia.dali import fn, types
 from nvidia.dali import math as dali_math
 from nvidia.dali.pipeline import Pipeline, pipeline_def
 
-from preprocess.backends import BackendSettings, CpuVideoBackend, Decoded, VideoReader, split
-from preprocess.decode import DecodeError, Geometry, decode_image, probe
-from preprocess.video import (
+from inferline.imaging.decode import DecodeError, Geometry, decode_image, probe
+from inferline.imaging.streaming import VideoReader
+from inferline.imaging.video import (
     FrameChunk,
     Sampler,
     Sampling,
@@ -42,6 +42,8 @@ from preprocess.video import (
     VideoLimits,
     probe_video,
 )
+from preprocess.backends import BackendSettings, Decoded, split
+from preprocess.opencv import CpuVideoBackend
 
 logger = logging.getLogger(__name__)
 

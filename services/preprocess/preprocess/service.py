@@ -27,11 +27,12 @@ from tritonclient.grpc import model_config_pb2, service_pb2
 
 from inferline import kserve
 from inferline.errors import grpc_boundary, grpc_stream_boundary, invalid
+from inferline.imaging.decode import DecodeError, Geometry
+from inferline.imaging.streaming import read_chunks
+from inferline.imaging.video import FrameChunk, Sampling
 from inferline.servicer import Context, KServeServicer
 from preprocess import metrics
-from preprocess.backends import ImageBackend, VideoBackend, read_chunks
-from preprocess.decode import DecodeError, Geometry
-from preprocess.video import FrameChunk, Sampling
+from preprocess.backends import ImageBackend, VideoBackend
 
 logger = logging.getLogger(__name__)
 

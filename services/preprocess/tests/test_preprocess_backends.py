@@ -5,23 +5,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
-import cv2
 import numpy as np
 import pytest
 
-from inferline import testing
-from preprocess.backends import (
-    BackendSettings,
-    BackendUnavailable,
-    Decoded,
-    Machine,
-    OpenCVBackend,
-    choose,
-    split,
-)
+from inferline.imaging.decode import Geometry, Limits
+from inferline.imaging.video import VideoLimits
+from inferline_testing import media
+from preprocess.backends import BackendSettings, Decoded, split
+from preprocess.choice import BackendUnavailable, Machine, choose
 from preprocess.dali import DaliImageBackend
-from preprocess.decode import Geometry, Limits
-from preprocess.video import VideoLimits
+from preprocess.opencv import OpenCVBackend
 
 # DALI-CPU against OpenCV: mean absolute difference per pixel (0-255 levels), per image.
 # Measured 0.65-1.7: both map the same centre square; they differ in resampling (DALI
@@ -50,15 +43,14 @@ def opencv() -> Iterator[OpenCVBackend]:
 
 
 def sized(name: str, width: int, height: int) -> bytes:
-    rgb = np.asarray(cv2.resize(testing.photo(name), (width, height), cv2.INTER_AREA), np.uint8)
-    return testing.encode(rgb, "JPEG", quality=90)
+    return media.encode(media.photo_at(name, width, height), "JPEG", quality=90)
 
 
 AGREEMENT: dict[str, bytes] = {
     **{f"{n}_640x480": sized(n, 640, 480) for n in ("chelsea", "coffee", "astronaut")},
     **{f"{n}_1920x1080": sized(n, 1920, 1080) for n in ("chelsea", "coffee", "astronaut")},
     "portrait_480x640": sized("coffee", 480, 640),
-    **{name: make() for name, make in testing.UNUSUAL.items()},
+    **{name: make() for name, make in media.UNUSUAL.items()},
 }
 
 
@@ -126,10 +118,10 @@ def test_every_backend_gives_the_configured_geometry() -> None:
 
 
 BAD = {
-    "truncated": (testing.truncated_jpeg, "truncated"),
-    "bomb": (testing.png_bomb, "too_many_pixels"),
+    "truncated": (media.truncated_jpeg, "truncated"),
+    "bomb": (media.png_bomb, "too_many_pixels"),
     "text": (lambda: b"not an image", "unrecognised"),
-    "corrupt_png": (testing.corrupt_png, "corrupt"),  # passes the header checks; DALI fails
+    "corrupt_png": (media.corrupt_png, "corrupt"),  # passes the header checks; DALI fails
 }
 
 
@@ -138,7 +130,7 @@ def test_bad_images_never_fail_their_batch_mates(
     backend_name: str, request: pytest.FixtureRequest
 ) -> None:
     backend = request.getfixturevalue(backend_name)
-    good = [testing.cat_jpeg(), testing.UNUSUAL["gif_first_frame"](), AGREEMENT["coffee_640x480"]]
+    good = [media.cat_jpeg(), media.UNUSUAL["gif_first_frame"](), AGREEMENT["coffee_640x480"]]
     bad = [make() for make, _ in BAD.values()]
     batch = [good[0], bad[0], good[1], bad[1], bad[2], good[2], bad[3], good[0]]
     out = decode(backend, batch)

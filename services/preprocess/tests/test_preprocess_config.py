@@ -1,9 +1,9 @@
 import pytest
 
 from inferline.config import ConfigError, load
-from preprocess.app import default_sampling
+from inferline.imaging.settings import default_sampling
+from inferline.imaging.video import Sampling
 from preprocess.config import PREFIX, Config
-from preprocess.video import Sampling
 
 
 def test_defaults_match_the_design() -> None:

@@ -13,11 +13,11 @@ import tritonclient.grpc.aio as triton
 from prometheus_client import REGISTRY, generate_latest
 from tritonclient.utils import InferenceServerException
 
-from inferline import testing
+from inferline.imaging.decode import Geometry, Limits, decode_image
+from inferline_testing import media
 from preprocess import app
-from preprocess.backends import Machine
+from preprocess.choice import Machine
 from preprocess.config import Config
-from preprocess.decode import Geometry, Limits, decode_image
 
 CONFIG = Config(
     port=0,
@@ -91,8 +91,8 @@ async def test_health_and_metadata(client: triton.InferenceServerClient) -> None
 async def test_one_bad_image_never_fails_its_batch_mates(
     client: triton.InferenceServerClient,
 ) -> None:
-    cat, coffee = testing.cat_jpeg(), testing.encode(testing.photo("coffee"))
-    images = [cat, testing.truncated_jpeg(), coffee, testing.png_bomb(), b"\x00" * 17_000_000]
+    cat, coffee = media.cat_jpeg(), media.encode(media.photo("coffee"))
+    images = [cat, media.truncated_jpeg(), coffee, media.png_bomb(), b"\x00" * 17_000_000]
     tensors, errors = await infer(client, images)
     assert tensors.shape == (5, 3, 224, 224) and tensors.dtype == np.uint8
     assert errors[0] == errors[2] == ""
@@ -105,12 +105,12 @@ async def test_one_bad_image_never_fails_its_batch_mates(
 
 
 async def test_every_format_decodes(client: triton.InferenceServerClient) -> None:
-    names = sorted(testing.UNUSUAL)
-    tensors, errors = await infer(client, [testing.UNUSUAL[n]() for n in names[:8]])
-    more, more_errors = await infer(client, [testing.UNUSUAL[n]() for n in names[8:]])
+    names = sorted(media.UNUSUAL)
+    tensors, errors = await infer(client, [media.UNUSUAL[n]() for n in names[:8]])
+    more, more_errors = await infer(client, [media.UNUSUAL[n]() for n in names[8:]])
     assert errors + more_errors == [""] * len(names)
     luminance = np.concatenate([tensors, more]).astype(np.float32).mean(axis=1)
-    reference = decode_image(testing.cat_jpeg(), Geometry(), Limits()).astype(np.float32).mean(0)
+    reference = decode_image(media.cat_jpeg(), Geometry(), Limits()).astype(np.float32).mean(0)
     per_format = dict(zip(names, np.abs(luminance - reference).mean(axis=(1, 2)), strict=True))
     assert max(per_format.values()) < 8, per_format
 
@@ -129,7 +129,7 @@ async def test_bad_requests_get_a_precise_status(
     words: str,
 ) -> None:  # fmt: skip
     tensor = triton.InferInput(name, [count], "BYTES")
-    tensor.set_data_from_numpy(np.array([testing.cat_jpeg()] * count, dtype=np.object_))
+    tensor.set_data_from_numpy(np.array([media.cat_jpeg()] * count, dtype=np.object_))
     with pytest.raises(InferenceServerException) as caught:
         await client.infer(model, [tensor])
     assert caught.value.status() == f"StatusCode.{status}"
@@ -139,7 +139,7 @@ async def test_bad_requests_get_a_precise_status(
 async def test_video_streams_sampled_frames_in_chunks(
     client: triton.InferenceServerClient,
 ) -> None:
-    results = await stream(client, testing.make_video("mpeg4_mp4"))  # 30 frames, 10 fps
+    results = await stream(client, media.make_video("mpeg4_mp4"))  # 30 frames, 10 fps
     final = [r.get_response().parameters["triton_final_response"].bool_param for r in results]
     assert final == [False, False, True]  # two chunks of frames, then the empty final one
     indices = np.concatenate([r.as_numpy("FRAME_INDEX") for r in results])
@@ -152,13 +152,13 @@ async def test_video_streams_sampled_frames_in_chunks(
 
 
 async def test_video_sampling_comes_from_the_request(client: triton.InferenceServerClient) -> None:
-    results = await stream(client, testing.make_video("vp9_webm"), every_n=7, max_frames=3)
+    results = await stream(client, media.make_video("vp9_webm"), every_n=7, max_frames=3)
     indices = np.concatenate([r.as_numpy("FRAME_INDEX") for r in results])
     assert indices.tolist() == [0, 7, 14]
 
 
 def _video(frames: int, width: int = 64, height: int = 48, fps: float = 10.0) -> bytes:
-    return testing.make_video("mpeg4_mp4", testing.video_frames(frames, width, height), fps)
+    return media.make_video("mpeg4_mp4", media.video_frames(frames, width, height), fps)
 
 
 @pytest.mark.parametrize(
@@ -183,7 +183,7 @@ async def test_refused_videos_end_the_stream_with_invalid_argument(
 
 
 async def test_metrics_are_labelled_by_backend(client: triton.InferenceServerClient) -> None:
-    await infer(client, [testing.cat_jpeg(), b"junk"])
+    await infer(client, [media.cat_jpeg(), b"junk"])
     text = generate_latest(REGISTRY).decode()
     for line in [
         'inferline_preprocess_backend_info{backend="dali-cpu",media="image"} 1.0',

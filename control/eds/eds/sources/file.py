@@ -1,4 +1,4 @@
-"""Discovery from the endpoints file the local stack rewrites (:mod:`eds.endpoints_file`).
+"""Discovery from the endpoints file the local stack rewrites (:mod:`eds.sources.endpoints_file`).
 
 The file is polled: a change of inode, size or modification time means a new version (the
 stack replaces it atomically by rename, so each poll sees a whole file). Polling every
@@ -13,8 +13,9 @@ import asyncio
 import logging
 from pathlib import Path
 
-from eds import endpoints_file, metrics
+from eds import metrics
 from eds.cache import EndpointCache
+from eds.sources import endpoints_file
 
 logger = logging.getLogger(__name__)
 

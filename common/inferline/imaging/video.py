@@ -20,7 +20,7 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 
-from preprocess.decode import DecodeError, Geometry, resize_crop
+from inferline.imaging.decode import DecodeError, Geometry, resize_crop
 
 CONTAINERS = "mp4, mkv or webm (H.264, H.265 or VP9)"
 

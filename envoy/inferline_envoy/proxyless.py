@@ -4,7 +4,7 @@ The control plane serves the Listener, RouteConfiguration, Cluster and ClusterLo
 that gRPC's xDS client asks for, so a client (the batcher, say) can balance over the Triton
 replicas itself, per request, with no Envoy in between:
 
-    python -m eds.proxyless --xds-address 127.0.0.1:18000 -o .run/xds-bootstrap.json
+    python -m inferline_envoy.proxyless --xds-address 127.0.0.1:18000 -o .run/xds-bootstrap.json
     GRPC_XDS_BOOTSTRAP=.run/xds-bootstrap.json INFERLINE_BATCHER_TRITON_URL=xds:///triton ...
 
 gRPC reads the bootstrap once per process, from the file named by ``GRPC_XDS_BOOTSTRAP`` or
@@ -50,7 +50,9 @@ def write_bootstrap(path: Path, xds_address: str, node_id: str = "inferline-grpc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m eds.proxyless", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m inferline_envoy.proxyless", description=__doc__
+    )
     parser.add_argument("--xds-address", default="127.0.0.1:18000", help="control plane host:port")
     parser.add_argument("--node-id", default="inferline-grpc")
     parser.add_argument("--output", "-o", type=Path, help="write here instead of stdout")

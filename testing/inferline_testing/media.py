@@ -29,6 +29,14 @@ def photo(name: str = "chelsea") -> npt.NDArray[np.uint8]:
     return np.asarray(getattr(data, name)(), dtype=np.uint8)
 
 
+def photo_at(name: str, width: int, height: int) -> npt.NDArray[np.uint8]:
+    """A real photo resized to ``width`` x ``height`` (area-averaged down, bicubic up)."""
+    rgb = photo(name)
+    smaller = width * height < rgb.shape[0] * rgb.shape[1]
+    method = cv2.INTER_AREA if smaller else cv2.INTER_CUBIC
+    return np.asarray(cv2.resize(rgb, (width, height), interpolation=method), dtype=np.uint8)
+
+
 def encode(rgb: npt.NDArray[np.uint8], fmt: str = "JPEG", **params: object) -> bytes:
     buffer = io.BytesIO()
     Image.fromarray(rgb).save(buffer, fmt, **params)

@@ -1,11 +1,8 @@
-"""Announce and drain without an Envoy; Envoy's admin /clusters parsed and shown."""
+"""Envoy's admin /clusters parsed and shown; the CLI when Envoy is not there."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from eds import endpoints_file, envoy_admin, scaling
-from eds.cache import Endpoint
+from inferline_envoy import admin as envoy_admin
 
 CLUSTERS_JSON = {
     "cluster_statuses": [
@@ -59,20 +56,6 @@ def test_parse_clusters_and_the_status_table() -> None:
     assert table[1].split() == ["batcher", "(no", "endpoints)"]
     assert "127.0.0.1:8011" in table[3] and "draining" in table[3]
     assert all("xds" not in line for line in table)
-
-
-def test_announce_and_drain_without_envoy(tmp_path: Path) -> None:
-    path = tmp_path / "endpoints.yaml"
-    endpoint = Endpoint("127.0.0.1", 8001, name="triton-0")
-    assert scaling.announce_sync(path, "triton", endpoint) is None
-    assert endpoints_file.load(path) == {"triton": (endpoint,)}
-    stopped: list[bool] = []
-    drained = scaling.drain_sync(
-        path, "triton", "127.0.0.1", 8001, "http://127.0.0.1:9", lambda: stopped.append(True), 0.2
-    )
-    assert not drained  # nobody confirmed it...
-    assert stopped == [True]  # ...but it was stopped and removed all the same
-    assert endpoints_file.load(path) == {"triton": ()}
 
 
 def test_the_admin_cli_says_when_envoy_is_not_there(capsys: object) -> None:

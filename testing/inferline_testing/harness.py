@@ -1,10 +1,10 @@
 """Real processes on free ports for the control-plane tests and benchmarks.
 
 The real Envoy (rendered from the one template), the control plane (``python -m eds``) and
-probe backends (``python -m eds.probe``), each a process of its own with its log in a run
-directory; a :class:`Pool` scales a cluster the way the local stack's ``make scale`` does
-(start, wait for health, announce; to scale down: DRAINING, wait until Envoy has nothing in
-flight to it, stop, remove). Load comes from the demo client. The services do not use this.
+probe backends (``python -m inferline_testing.probe``), each a process of its own with its log
+in a run directory; a :class:`Pool` scales a cluster the way the local stack's ``make scale``
+does (start, wait for health, announce; to scale down: DRAINING, wait until Envoy has nothing
+in flight to it, stop, remove). Load comes from the demo client.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -31,20 +31,18 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from demo_client.client import open_clients
 from demo_client.load import LoadConfig, run_load
 from demo_client.stats import Recorder, Summary
-from eds import envoy_admin, envoy_config, scaling
 from eds.cache import Endpoint, Health
-from eds.probe import STATS_MODEL
 from inferline import kserve
+from inferline_envoy import admin as envoy_admin
+from inferline_envoy import config as envoy_config
+from inferline_stack import scaling
+from inferline_testing.ports import free_port
+from inferline_testing.probe import STATS_MODEL
+from inferline_testing.waits import wait_for
 
 logger = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Process:
@@ -101,26 +99,27 @@ class Process:
         except OSError:
             return "(no log)"
 
+    def exited(self) -> str | None:
+        """Why a wait on this process should give up: it is no longer running."""
+        return None if self.running else f"{self.name} exited:\n{self.tail()}"
+
+
+async def serving(address: str) -> bool:
+    """grpc.health.v1 Check("") at ``address`` answers SERVING."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        try:
+            reply = await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=""), timeout=1.0
+            )
+        except grpc.RpcError:
+            return False
+    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
 
 async def wait_serving(address: str, process: Process | None, timeout_s: float) -> None:
-    """Poll grpc.health.v1 Check("") until SERVING; fail early if ``process`` exits."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        while True:
-            try:
-                reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
-                if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.RpcError:
-                pass
-            if process is not None and not process.running:
-                raise RuntimeError(f"{process.name} exited:\n{process.tail()}")
-            if loop.time() > deadline:
-                tail = process.tail() if process else ""
-                raise TimeoutError(f"{address} not SERVING after {timeout_s:g} s\n{tail}")
-            await asyncio.sleep(0.05)
+    """Poll grpc.health.v1 until SERVING; fail early if ``process`` exits."""
+    abort = process.exited if process is not None else None
+    await wait_for(lambda: serving(address), timeout_s, f"{address} SERVING", abort=abort)
 
 
 def python(module: str, *args: str) -> list[str]:
@@ -131,11 +130,11 @@ def python(module: str, *args: str) -> list[str]:
 
 
 class Probe(Process):
-    """One probe backend (``python -m eds.probe``): a replica that says who it is."""
+    """One probe backend (``python -m inferline_testing.probe``): a replica that says who it is."""
 
     def __init__(self, run_dir: Path, replica_id: str, delay_ms: float = 2.0) -> None:
         self.replica_id, self.port = replica_id, free_port()
-        argv = python("eds.probe", f"--port={self.port}", f"--id={replica_id}")
+        argv = python("inferline_testing.probe", f"--port={self.port}", f"--id={replica_id}")
         super().__init__(
             f"probe {replica_id}",
             [*argv, f"--delay-ms={delay_ms}", "--grace-s=5"],
@@ -226,14 +225,8 @@ class EnvoyProcess(Process):
 
     async def start_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
         await self.start()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while not await envoy_admin.ready(self.admin):
-            if not self.running:
-                raise RuntimeError(f"envoy exited:\n{self.tail()}")
-            if loop.time() > deadline:
-                raise TimeoutError(f"envoy not ready after {timeout_s:g} s\n{self.tail()}")
-            await asyncio.sleep(0.05)
+        ready = functools.partial(envoy_admin.ready, self.admin)
+        await wait_for(ready, timeout_s, f"{self.name} ready", abort=self.exited)
 
 
 def envoy_params(
@@ -300,18 +293,15 @@ class Pool:
         self.replicas.remove(probe)
         return probe
 
-    async def first_request(self, probe: Probe, event: ScaleUp, timeout_s: float = 5.0) -> None:
+    async def first_request(self, probe: Probe, event: ScaleUp, timeout_s: float = 30.0) -> None:
         """Wait until ``probe`` has served a request; record when its first one arrived."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while True:
-            requests, first = await probe.stats()
-            if requests:
-                event.first_request_unix = first
-                return
-            if loop.time() > deadline:
-                raise TimeoutError(f"{probe.replica_id} got no request in {timeout_s:g} s")
-            await asyncio.sleep(0.05)
+
+        async def first() -> float:
+            requests, first_unix = await probe.stats()
+            return first_unix if requests else 0.0
+
+        what = f"a first request at {probe.replica_id}"
+        event.first_request_unix = await wait_for(first, timeout_s, what)
 
     async def close(self) -> None:
         await asyncio.gather(*(p.stop(2.0) for p in self.replicas))

@@ -6,8 +6,8 @@
   that and has no request in flight to it — then its process can stop;
 * :func:`wait_routable`: wait until Envoy would send new requests to an endpoint.
 
-    python -m eds.envoy_admin                      # table of every EDS cluster
-    python -m eds.envoy_admin --admin http://127.0.0.1:9901 --json
+    python -m inferline_envoy.admin                      # table of every EDS cluster
+    python -m inferline_envoy.admin --admin http://127.0.0.1:9901 --json
 
 Everything is async (aiohttp); a synchronous caller wraps one call in ``asyncio.run``.
 """
@@ -254,7 +254,7 @@ def format_table(by_cluster: Mapping[str, Sequence[HostStatus]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m eds.envoy_admin",
+        prog="python -m inferline_envoy.admin",
         description="Each cluster's endpoints as Envoy sees them.",
     )
     parser.add_argument("--admin", default=DEFAULT_ADMIN, help=f"default {DEFAULT_ADMIN}")

@@ -1,6 +1,6 @@
-"""python -m eds.probe: a KServe v2 backend that says who it is — to watch load balancing.
+"""python -m inferline_testing.probe: a KServe v2 backend that says who it is.
 
-    python -m eds.probe --port 8001 --id triton-0 --delay-ms 5
+    python -m inferline_testing.probe --port 8001 --id triton-0 --delay-ms 5
 
 Answers ``ModelInfer`` for any model with zeros shaped like a classifier's output (``[N, 1]``
 FP32 for each requested output, default ``PROBABILITIES``), after ``--delay-ms`` of
@@ -90,7 +90,7 @@ async def main(args: argparse.Namespace) -> None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m eds.probe", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m inferline_testing.probe", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--id", default="probe")
@@ -104,4 +104,4 @@ if __name__ == "__main__":
     try:
         asyncio.run(main(parse_args(sys.argv[1:])))
     except OSError as exc:
-        sys.exit(f"eds.probe: {exc}")
+        sys.exit(f"inferline_testing.probe: {exc}")

@@ -20,8 +20,9 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from eds import endpoints_file, envoy_admin
 from eds.cache import Endpoint, Health
+from eds.sources import endpoints_file
+from inferline_envoy import admin as envoy_admin
 
 logger = logging.getLogger(__name__)
 

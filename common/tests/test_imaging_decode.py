@@ -1,8 +1,8 @@
 import numpy as np
+import numpy.typing as npt
 import pytest
 
-from inferline import testing
-from preprocess.decode import (
+from inferline.imaging.decode import (
     DecodeError,
     Geometry,
     Limits,
@@ -11,17 +11,18 @@ from preprocess.decode import (
     resize_crop,
     shrink,
 )
+from inferline_testing import media
 
 GEOMETRY, LIMITS = Geometry(), Limits()
 
 
 @pytest.fixture(scope="module")
-def reference() -> np.ndarray:
-    return decode_image(testing.cat_jpeg(), GEOMETRY, LIMITS).astype(np.float32)
+def reference() -> npt.NDArray[np.float32]:
+    return decode_image(media.cat_jpeg(), GEOMETRY, LIMITS).astype(np.float32)
 
 
-def test_geometry_is_rgb_chw_uint8(reference: np.ndarray) -> None:
-    tensor = decode_image(testing.cat_jpeg(), Geometry(320, 288), LIMITS)
+def test_geometry_is_rgb_chw_uint8(reference: npt.NDArray[np.float32]) -> None:
+    tensor = decode_image(media.cat_jpeg(), Geometry(320, 288), LIMITS)
     assert tensor.shape == (3, 288, 288) and tensor.dtype == np.uint8
     # Chelsea is a ginger cat: red dominates blue on average, so the channels are RGB, not BGR.
     assert reference[0].mean() > reference[2].mean() + 10
@@ -38,9 +39,11 @@ def test_resize_crop_takes_the_centre() -> None:
     assert resize_crop(tall, GEOMETRY).max() == 0
 
 
-@pytest.mark.parametrize("name", sorted(testing.UNUSUAL))
-def test_unusual_images_decode_like_the_original(name: str, reference: np.ndarray) -> None:
-    tensor = decode_image(testing.UNUSUAL[name](), GEOMETRY, LIMITS).astype(np.float32)
+@pytest.mark.parametrize("name", sorted(media.UNUSUAL))
+def test_unusual_images_decode_like_the_original(
+    name: str, reference: npt.NDArray[np.float32]
+) -> None:
+    tensor = decode_image(media.UNUSUAL[name](), GEOMETRY, LIMITS).astype(np.float32)
     assert tensor.shape == (3, 224, 224)
     # Compare luminance (grayscale has no colour); EXIF rotation undone, alpha dropped, 16 bit
     # scaled: all land within a few grey levels of the baseline JPEG.
@@ -53,9 +56,9 @@ def test_unusual_images_decode_like_the_original(name: str, reference: np.ndarra
         (b"", "empty", "0 bytes"),
         (b"hello, this is text", "unrecognised", "not a recognised image"),
         (bytes(range(256)) * 8, "unrecognised", "not a recognised image"),
-        (testing.truncated_jpeg(), "truncated", "truncated JPEG"),
-        (testing.huge_header_jpeg(), "too_many_pixels", "65000x65000"),
-        (testing.png_bomb(), "too_many_pixels", "max_pixels"),
+        (media.truncated_jpeg(), "truncated", "truncated JPEG"),
+        (media.huge_header_jpeg(), "too_many_pixels", "65000x65000"),
+        (media.png_bomb(), "too_many_pixels", "max_pixels"),
     ],
 )
 def test_bad_input_is_refused_with_a_reason(data: bytes, kind: str, words: str) -> None:
@@ -66,7 +69,7 @@ def test_bad_input_is_refused_with_a_reason(data: bytes, kind: str, words: str) 
 
 
 def test_byte_limit_names_the_limit() -> None:
-    data = testing.cat_jpeg()
+    data = media.cat_jpeg()
     with pytest.raises(DecodeError, match=r"the limit \(max_bytes\) is 1000"):
         probe(data, Limits(max_bytes=1000))
 
@@ -88,5 +91,5 @@ def test_large_images_are_area_shrunk_before_the_warp() -> None:
 
 def test_corrupt_pixels_behind_a_valid_header_are_refused() -> None:
     with pytest.raises(DecodeError) as caught:
-        decode_image(testing.corrupt_png(), GEOMETRY, LIMITS)
+        decode_image(media.corrupt_png(), GEOMETRY, LIMITS)
     assert caught.value.kind == "corrupt"

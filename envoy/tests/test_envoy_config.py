@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from eds import envoy_config as ec
+from inferline_envoy import config as ec
 
 
 def by_name(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -83,7 +83,7 @@ def test_placeholders_keep_types_and_unknown_ones_fail() -> None:
 
 
 def test_the_template_uses_every_parameter() -> None:
-    text = ec.TEMPLATE.read_text()
+    text = ec.template_text()
     for name in ec.LOCAL.values():
         assert "${" + name + "}" in text, name
 
@@ -107,7 +107,7 @@ def test_the_cli_renders_validates_and_overrides(tmp_path: Path) -> None:
     out = tmp_path / "envoy.yaml"
     result = subprocess.run(
         [
-            sys.executable, "-m", "eds.envoy_config", "--kubernetes", "--validate",
+            sys.executable, "-m", "inferline_envoy.config", "--kubernetes", "--validate",
             "--xds-address", "eds.example:18001", "--xds-api", "DELTA_GRPC",
             "--listener", "triton=9083", "--admin-port", "9911", "-o", str(out),
         ],
@@ -123,7 +123,7 @@ def test_the_cli_renders_validates_and_overrides(tmp_path: Path) -> None:
 
 def test_the_cli_explains_a_bad_value() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "eds.envoy_config", "--local", "--listener", "triton"],
+        [sys.executable, "-m", "inferline_envoy.config", "--local", "--listener", "triton"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert result.returncode == 2 and "cluster=port" in result.stderr

@@ -1,0 +1,70 @@
+"""The video settings that preprocess and middleman both configure: checked, then built once."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from inferline.config import require
+from inferline.imaging.video import Sampling, VideoLimits
+
+
+class VideoSettings(Protocol):
+    """A service configuration's video limits and default sampling (frozen dataclass fields)."""
+
+    @property
+    def max_video_bytes(self) -> int: ...
+    @property
+    def max_video_pixels(self) -> int: ...
+    @property
+    def max_video_frames(self) -> int: ...
+    @property
+    def max_video_duration_s(self) -> float: ...
+    @property
+    def video_fps(self) -> float: ...
+    @property
+    def video_every_n(self) -> int: ...
+    @property
+    def video_max_samples(self) -> int: ...
+    @property
+    def video_chunk_frames(self) -> int: ...
+    @property
+    def max_message_bytes(self) -> int: ...
+
+
+def require_video_settings(config: VideoSettings, prefix: str) -> None:
+    """Validate ``config``'s video settings, failing by ``<prefix>_<NAME>``."""
+    for name in ("max_video_bytes", "max_video_pixels", "max_video_frames",
+                 "max_video_duration_s", "video_max_samples", "video_chunk_frames"):  # fmt: skip
+        require(getattr(config, name) > 0, prefix, name, "must be positive")
+    require(config.video_fps >= 0, prefix, "video_fps", "must be >= 0")
+    require(config.video_every_n >= 0, prefix, "video_every_n", "must be >= 0")
+    require(
+        config.video_fps > 0 or config.video_every_n > 0,
+        prefix,
+        "video_fps",
+        "video_fps or video_every_n must be positive (a default sampling)",
+    )
+    require(
+        config.max_video_bytes < config.max_message_bytes,
+        prefix,
+        "max_video_bytes",
+        "must be below max_message_bytes (a video arrives in one message)",
+    )
+
+
+def video_limits(config: VideoSettings) -> VideoLimits:
+    return VideoLimits(
+        config.max_video_bytes,
+        config.max_video_pixels,
+        config.max_video_frames,
+        config.max_video_duration_s,
+    )
+
+
+def default_sampling(config: VideoSettings) -> Sampling:
+    """The sampling for a request that names none; ``video_every_n``, when set, wins."""
+    return Sampling(
+        every_n=config.video_every_n,
+        fps=0.0 if config.video_every_n else config.video_fps,
+        max_samples=config.video_max_samples,
+    )

@@ -1,0 +1,56 @@
+"""The CPU backends: :mod:`inferline.imaging` on a thread pool (OpenCV releases the GIL)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from inferline.imaging.decode import DecodeError, Geometry, Limits, decode_image
+from inferline.imaging.streaming import VideoReader
+from inferline.imaging.video import CpuVideoReader, Sampling, VideoLimits
+from preprocess.backends import Decoded, split
+
+
+class OpenCVBackend:
+    """A request's images cut into one slice per worker thread: every core busy, and one
+    wake-up of the event loop per slice, not per image."""
+
+    name = "opencv"
+
+    def __init__(self, geometry: Geometry, limits: Limits, workers: int) -> None:
+        self.geometry, self.limits, self.workers = geometry, limits, workers
+        self.executor = ThreadPoolExecutor(workers, thread_name_prefix="opencv")
+
+    def _decode_part(self, out: Decoded, images: Sequence[bytes], start: int, stop: int) -> None:
+        for index in range(start, stop):
+            try:
+                out.tensors[index] = decode_image(images[index], self.geometry, self.limits)
+            except DecodeError as exc:
+                out.errors[index] = exc
+
+    async def decode(self, images: Sequence[bytes]) -> Decoded:
+        out = Decoded.empty(len(images), self.geometry)
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(
+            *(
+                loop.run_in_executor(self.executor, self._decode_part, out, images, start, stop)
+                for start, stop in split(len(images), self.workers)
+            )
+        )
+        return out
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+class CpuVideoBackend:
+    """Video on the CPU: OpenCV's FFmpeg decodes, :mod:`inferline.imaging.video` samples."""
+
+    name = "opencv"
+
+    def __init__(self, geometry: Geometry, limits: VideoLimits, chunk: int) -> None:
+        self.geometry, self.limits, self.chunk = geometry, limits, chunk
+
+    def open(self, data: bytes, sampling: Sampling) -> VideoReader:
+        return CpuVideoReader(data, sampling, self.geometry, self.limits, self.chunk)

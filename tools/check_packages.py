@@ -1,0 +1,152 @@
+"""make check-packages: every deployable installed alone, as its image would get it, then started.
+
+For each deployable: a fresh virtual environment, then ``pip install -c constraints.txt`` of its
+folder and of the sibling distributions its pyproject.toml names (real wheels, not editable:
+what a container image gets), then its smoke command (``--help``, or importing its entry
+module). A dependency a pyproject.toml forgets fails the command, and so does a file the wheel
+forgets (the Envoy template). Environments go under ``build/check-packages/``.
+
+    python tools/check_packages.py                  # every deployable, two at a time
+    python tools/check_packages.py eds batcher      # some of them
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CONSTRAINTS = ROOT / "constraints.txt"
+WORK = ROOT / "build" / "check-packages"
+LOG_TAIL = 40
+
+
+@dataclass(frozen=True)
+class Deployable:
+    name: str
+    folder: str  # holds its pyproject.toml
+    smoke: tuple[str, ...]  # python arguments that must exit 0 in its environment
+
+
+DEPLOYABLES = (
+    Deployable("middleman", "services/middleman", ("-m", "middleman", "--help")),
+    Deployable("preprocess", "services/preprocess", ("-m", "preprocess", "--help")),
+    Deployable("batcher", "services/batcher", ("-m", "batcher", "--help")),
+    Deployable("eds", "control/eds", ("-m", "eds", "--help")),
+    # Renders the packaged template: proves it ships in the wheel.
+    Deployable("envoy", "envoy", ("-m", "inferline_envoy.config", "--local")),
+    Deployable("demo-client", "demo-client", ("-m", "demo_client", "--help")),
+    Deployable("models", "models", ("-m", "inferline_models", "--help")),
+    Deployable("stack", "stack", ("-m", "inferline_stack", "--help")),
+    Deployable(
+        "testing",
+        "testing",
+        (
+            "-c",
+            "import inferline_testing.harness, inferline_testing.media, inferline_testing.probe",
+        ),
+    ),
+)
+
+
+def distribution(folder: Path) -> tuple[str, list[str]]:
+    """(name, dependency names) from ``folder``'s pyproject.toml."""
+    project = tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    names = [re.split(r"[\[<>=!~; ]", dep, maxsplit=1)[0] for dep in project["dependencies"]]
+    return project["name"], names
+
+
+def workspace() -> dict[str, Path]:
+    """Every distribution of the workspace, by name: its folder."""
+    found = [*ROOT.glob("*/pyproject.toml"), *ROOT.glob("*/*/pyproject.toml")]
+    folders = [p.parent for p in found if not p.parts[len(ROOT.parts)].startswith((".", "build"))]
+    return {distribution(f)[0]: f for f in folders}
+
+
+def siblings(folder: Path, local: dict[str, Path]) -> list[Path]:
+    """``folder`` and every workspace distribution it needs, directly or not."""
+    needed, todo = [folder], [folder]
+    while todo:
+        for name in distribution(todo.pop())[1]:
+            if name in local and local[name] not in needed:
+                needed.append(local[name])
+                todo.append(local[name])
+    return needed
+
+
+def run(argv: list[str], log: Path) -> bool:
+    with log.open("a", encoding="utf-8") as out:
+        out.write(f"$ {' '.join(argv)}\n")
+        out.flush()
+        return (
+            subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False).returncode == 0
+        )
+
+
+def check(deployable: Deployable, local: dict[str, Path]) -> tuple[bool, float, Path]:
+    """Install ``deployable`` alone into a new environment and run its smoke command."""
+    start = time.monotonic()
+    venv = WORK / deployable.name
+    shutil.rmtree(venv, ignore_errors=True)
+    venv.mkdir(parents=True)
+    log = WORK / f"{deployable.name}.log"
+    log.unlink(missing_ok=True)
+    python = str(venv / "bin" / "python")
+    folders = [str(f) for f in siblings(ROOT / deployable.folder, local)]
+    pip = [sys.executable, "-m", "pip", "--python", python, "--disable-pip-version-check"]
+    ok = (
+        run([sys.executable, "-m", "venv", "--without-pip", str(venv)], log)
+        and run([*pip, "install", "--quiet", "-c", str(CONSTRAINTS), *folders], log)
+        and run([*pip, "list", "--format=freeze"], log)  # what the image would hold, for the log
+        and run([python, *deployable.smoke], log)
+    )
+    if ok:
+        shutil.rmtree(venv, ignore_errors=True)  # gigabytes each; the log stays
+    return ok, time.monotonic() - start, log
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python tools/check_packages.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    names = [d.name for d in DEPLOYABLES]
+    parser.add_argument(
+        "only", nargs="*", metavar="DEPLOYABLE", help=f"some of: {', '.join(names)}"
+    )
+    parser.add_argument("--jobs", type=int, default=2, help="environments built at once")
+    args = parser.parse_args(argv)
+    if unknown := set(args.only) - set(names):
+        parser.error(f"unknown deployables {sorted(unknown)}; choose from {', '.join(names)}")
+    chosen = [d for d in DEPLOYABLES if not args.only or d.name in args.only]
+    local = workspace()
+    WORK.mkdir(parents=True, exist_ok=True)
+    failed = []
+    print(f"installing {len(chosen)} deployables alone, {args.jobs} at a time, in {WORK}")
+    with ThreadPoolExecutor(args.jobs) as pool:
+        futures = {d.name: pool.submit(check, d, local) for d in chosen}
+        for name, future in futures.items():
+            ok, seconds, log = future.result()
+            print(f"  {'ok  ' if ok else 'FAIL'} {name:<12} {seconds:6.0f} s  ({log})", flush=True)
+            if not ok:
+                failed.append(name)
+                tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-LOG_TAIL:]
+                print("\n".join("       " + line for line in tail))
+    if failed:
+        print(f"{len(failed)} of {len(chosen)} failed: {', '.join(failed)}")
+        return 1
+    print(f"all {len(chosen)} install alone and start")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
