@@ -1,10 +1,11 @@
 """make check-packages: every deployable installed alone, as its image would get it, then started.
 
-For each deployable: a fresh virtual environment, then ``pip install -c constraints.txt`` of its
-folder and of the sibling distributions its pyproject.toml names (real wheels, not editable:
-what a container image gets), then its smoke command (``--help``, or importing its entry
-module). A dependency a pyproject.toml forgets fails the command, and so does a file the wheel
-forgets (the Envoy template). Environments go under ``build/check-packages/``.
+Every workspace distribution is built into a wheel once (what a container image gets, not an
+editable install). Then, for each deployable: a fresh virtual environment, ``pip install -c
+constraints.txt`` of its wheel and of the sibling wheels its pyproject.toml names, and its smoke
+command (``--help``, or importing its entry module). A dependency a pyproject.toml forgets
+fails the command, and so does a file the wheel forgets (the Envoy template). Wheels,
+environments and logs go under ``build/check-packages/``.
 
     python tools/check_packages.py                  # every deployable, two at a time
     python tools/check_packages.py eds batcher      # some of them
@@ -91,7 +92,28 @@ def run(argv: list[str], log: Path) -> bool:
         )
 
 
-def check(deployable: Deployable, local: dict[str, Path]) -> tuple[bool, float, Path]:
+def build_wheels(local: dict[str, Path]) -> dict[Path, Path]:
+    """Every distribution's wheel, built one after the other; {folder: wheel}."""
+    wheels = WORK / "wheels"
+    shutil.rmtree(wheels, ignore_errors=True)
+    log = WORK / "wheels.log"
+    log.unlink(missing_ok=True)
+    built = {}
+    for name, folder in sorted(local.items()):
+        argv = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels)]
+        if not run([*argv, str(folder)], log):
+            sys.exit(f"cannot build {name}'s wheel; see {log}")
+        # setuptools builds in the source folder; leave it as it was.
+        shutil.rmtree(folder / "build", ignore_errors=True)
+        for info in folder.glob("*.egg-info"):
+            shutil.rmtree(info, ignore_errors=True)
+        built[folder] = next(wheels.glob(f"{name.replace('-', '_')}-*.whl"))
+    return built
+
+
+def check(
+    deployable: Deployable, local: dict[str, Path], wheels: dict[Path, Path]
+) -> tuple[bool, float, Path]:
     """Install ``deployable`` alone into a new environment and run its smoke command."""
     start = time.monotonic()
     venv = WORK / deployable.name
@@ -100,11 +122,11 @@ def check(deployable: Deployable, local: dict[str, Path]) -> tuple[bool, float, 
     log = WORK / f"{deployable.name}.log"
     log.unlink(missing_ok=True)
     python = str(venv / "bin" / "python")
-    folders = [str(f) for f in siblings(ROOT / deployable.folder, local)]
+    needed = [str(wheels[f]) for f in siblings(ROOT / deployable.folder, local)]
     pip = [sys.executable, "-m", "pip", "--python", python, "--disable-pip-version-check"]
     ok = (
         run([sys.executable, "-m", "venv", "--without-pip", str(venv)], log)
-        and run([*pip, "install", "--quiet", "-c", str(CONSTRAINTS), *folders], log)
+        and run([*pip, "install", "--quiet", "-c", str(CONSTRAINTS), *needed], log)
         and run([*pip, "list", "--format=freeze"], log)  # what the image would hold, for the log
         and run([python, *deployable.smoke], log)
     )
@@ -131,9 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     local = workspace()
     WORK.mkdir(parents=True, exist_ok=True)
     failed = []
-    print(f"installing {len(chosen)} deployables alone, {args.jobs} at a time, in {WORK}")
+    print(f"building {len(local)} wheels in {WORK / 'wheels'}", flush=True)
+    wheels = build_wheels(local)
+    print(f"installing {len(chosen)} deployables alone, {args.jobs} at a time", flush=True)
     with ThreadPoolExecutor(args.jobs) as pool:
-        futures = {d.name: pool.submit(check, d, local) for d in chosen}
+        futures = {d.name: pool.submit(check, d, local, wheels) for d in chosen}
         for name, future in futures.items():
             ok, seconds, log = future.result()
             print(f"  {'ok  ' if ok else 'FAIL'} {name:<12} {seconds:6.0f} s  ({log})", flush=True)
