@@ -9,8 +9,10 @@ from rich.console import Console
 
 from demo_client.stats import Recorder
 from demo_client.view import BLOCKS, LiveView, RunInfo, sparkline, summary_table
+from inferline_testing.waits import wait_for_state
 
 INFO = RunInfo(target="host:8080", model="classifier", concurrency=4, batch=2, duration_s=30)
+WAIT_S = 30.0
 
 
 def text_of(renderable: object) -> str:
@@ -58,9 +60,12 @@ def test_summary_table() -> None:
 
 async def test_run_refreshes_until_done() -> None:
     console = Console(file=io.StringIO(), width=100, color_system=None, force_terminal=True)
-    done = asyncio.Event()
-    task = asyncio.create_task(LiveView(Recorder(), INFO, console).run(done))
-    await asyncio.sleep(0)
+    out: io.StringIO = console.file  # type: ignore[assignment]
+    recorder, done = Recorder(), asyncio.Event()
+    task = asyncio.create_task(LiveView(recorder, INFO, console).run(done))
+    await wait_for_state(lambda: "0 done" in out.getvalue(), WAIT_S, "the first frame")
+    recorder.record_ok(0.010, 2)  # what the running view shows next
+    await wait_for_state(lambda: "1 done" in out.getvalue(), WAIT_S, "a refresh")
+    assert not task.done()  # it runs until told
     done.set()
-    await asyncio.wait_for(task, timeout=5)
-    assert "inferline demo" in console.file.getvalue()  # type: ignore[attr-defined]
+    await asyncio.wait_for(task, WAIT_S)

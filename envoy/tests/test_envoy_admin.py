@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from inferline_envoy import admin as envoy_admin
 
 CLUSTERS_JSON = {
@@ -58,5 +60,8 @@ def test_parse_clusters_and_the_status_table() -> None:
     assert all("xds" not in line for line in table)
 
 
-def test_the_admin_cli_says_when_envoy_is_not_there(capsys: object) -> None:
+def test_the_admin_cli_says_when_envoy_is_not_there(capsys: pytest.CaptureFixture[str]) -> None:
     assert envoy_admin.main(["--admin", "http://127.0.0.1:9"]) == 3
+    captured = capsys.readouterr()
+    assert "Envoy admin http://127.0.0.1:9 is not answering" in captured.err
+    assert captured.out == ""

@@ -6,9 +6,8 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -17,18 +16,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from inferline_testing.ports import free_ports
+from inferline_testing.waits import wait_until
+
 MODEL = "efficientnet_lite0"
 READY_TIMEOUT_S = 120.0
 EXIT_TIMEOUT_S = 60.0
-POLL_S = 0.1
-
-
-def free_ports(count: int) -> list[int]:
-    with ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
 
 
 def children(pid: int) -> list[int]:
@@ -75,18 +68,24 @@ class Server:
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-6000:]
 
+    def exited(self) -> str | None:
+        """Why a wait on this server should give up: it is no longer running."""
+        if self.process.poll() is None:
+            return None
+        return f"server exited with {self.process.returncode}:\n{self.output()}"
+
+    def ready(self) -> bool:
+        """KServe ServerReady and ModelReady (the readiness RPCs themselves)."""
+        try:
+            return bool(self.client.is_server_ready() and self.client.is_model_ready(MODEL))
+        except InferenceServerException:
+            return False  # not listening yet
+
     def wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                pytest.fail(f"server exited with {self.process.returncode}:\n{self.output()}")
-            try:
-                if self.client.is_server_ready() and self.client.is_model_ready(MODEL):
-                    return
-            except InferenceServerException:
-                pass  # not listening yet
-            time.sleep(POLL_S)  # poll interval, readiness itself is the RPC
-        pytest.fail(f"not ready after {READY_TIMEOUT_S}s:\n{self.output()}")
+        try:
+            wait_until(self.ready, READY_TIMEOUT_S, f"{MODEL} ready", abort=self.exited)
+        except (TimeoutError, RuntimeError) as exc:
+            pytest.fail(f"{exc}\n{self.output()}")
 
 
 def spawn(repository: Path, log: Path, ports: list[int] | None = None) -> Server:
@@ -120,6 +119,7 @@ def running_server(repository: Path, log: Path, ports: list[int] | None = None) 
 
 @pytest.fixture(scope="module")
 def server(model_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One ready server for the tests that only call it (none of them stops it)."""
     log = tmp_path_factory.mktemp("triton") / "server.log"
     with running_server(model_repository, log) as s:
         s.wait_ready()
@@ -128,10 +128,14 @@ def server(model_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 def assert_exits_leaving_nothing(server: Server, family: list[int], code: int = 0) -> None:
     assert server.process.wait(timeout=EXIT_TIMEOUT_S) == code, server.output()
-    deadline = time.monotonic() + 10.0
-    while (alive := [p for p in family if running(p)]) and time.monotonic() < deadline:
-        time.sleep(POLL_S)
-    assert not alive, f"left behind: {[(p, comm(p)) for p in alive]}"
+
+    def alive() -> list[tuple[int, str]]:
+        return [(p, comm(p)) for p in family if running(p)]
+
+    try:  # the leader has exited; its children (reparented) are on their way out
+        wait_until(lambda: not alive(), EXIT_TIMEOUT_S, "the server's children gone")
+    except TimeoutError:
+        pytest.fail(f"left behind: {alive()}")
 
 
 def test_model_metadata(server: Server) -> None:
@@ -158,24 +162,30 @@ def test_classifies_a_cat(
     np.testing.assert_allclose(probs[1], probs[0], atol=1e-6)
 
 
-def test_sigterm_stops_triton_and_its_children(server: Server) -> None:
-    pid = server.process.pid
-    family = descendants(pid)
-    assert "tritonserver" in {comm(p) for p in family}, server.output()
-    server.process.send_signal(signal.SIGTERM)
-    assert_exits_leaving_nothing(server, family)
-    assert "Triton stopped" in server.output()
+def test_sigterm_stops_triton_and_its_children(model_repository: Path, tmp_path: Path) -> None:
+    # A server of its own: stopping the module's would take it from the tests after this one.
+    with running_server(model_repository, tmp_path / "server.log") as s:
+        s.wait_ready()
+        family = descendants(s.process.pid)
+        assert "tritonserver" in {comm(p) for p in family}, s.output()
+        s.process.send_signal(signal.SIGTERM)
+        assert_exits_leaving_nothing(s, family)
+        assert "Triton stopped" in s.output()
 
 
 def test_sigterm_during_startup_stops_cleanly(model_repository: Path, tmp_path: Path) -> None:
     with running_server(model_repository, tmp_path / "server.log") as s:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not (family := descendants(s.process.pid)) or "tritonserver" not in {
-            comm(p) for p in family
-        }:
-            assert time.monotonic() < deadline, s.output()
-            assert s.process.poll() is None, s.output()
-            time.sleep(POLL_S)
+
+        def tritonserver_started() -> list[int]:
+            family = descendants(s.process.pid)
+            return family if "tritonserver" in {comm(p) for p in family} else []
+
+        try:
+            family = wait_until(
+                tritonserver_started, READY_TIMEOUT_S, "tritonserver started", abort=s.exited
+            )
+        except (TimeoutError, RuntimeError) as exc:
+            pytest.fail(f"{exc}\n{s.output()}")
         s.process.send_signal(signal.SIGTERM)
         assert_exits_leaving_nothing(s, descendants(s.process.pid) + family)
 

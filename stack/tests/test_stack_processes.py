@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,31 +16,32 @@ from inferline_stack.scale import scale
 from inferline_stack.stack import down
 from inferline_stack.status import status
 from inferline_testing.ports import config_on_free_ports
+from inferline_testing.waits import wait_until
 
-# A leader that exits on SIGTERM and leaves a child behind in its process group.
+# A leader that exits on SIGTERM and leaves a child behind in its process group, which ignores
+# SIGTERM; each says so in the log once its handler is set. (The sleeps are their lifetimes.)
 LEAVES_A_CHILD = [
     sys.executable,
     "-c",
     "import signal, subprocess, sys, time\n"
     "subprocess.Popen([sys.executable, '-c', 'import signal, time; "
-    "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'])\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    'print("child ignores SIGTERM", flush=True); time.sleep(60)\'])\n'
     "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
-    "print('started', flush=True)\n"
+    "print('leader started', flush=True)\n"
     "time.sleep(60)\n",
 ]
-
-
-def wait_for_log(table: ProcessTable, name: str, text: str) -> None:
-    deadline = time.monotonic() + 20
-    while text not in table.log_tail(name):
-        assert time.monotonic() < deadline, table.log_tail(name)
-        time.sleep(0.02)
 
 
 def test_stop_leaves_nothing_of_the_group_behind(tmp_path: Path) -> None:
     table = ProcessTable(tmp_path)
     pid = table.start("triton-0", LEAVES_A_CHILD, {}, "abc")
-    wait_for_log(table, "triton-0", "started")
+
+    def both_set() -> bool:
+        log = table.log_tail("triton-0")
+        return "leader started" in log and "child ignores SIGTERM" in log
+
+    wait_until(both_set, 30, "both processes' SIGTERM handlers set")
     assert table.pid("triton-0") == pid and table.fingerprint("triton-0") == "abc"
     assert table.stop_all(["triton-0", "triton-1"], grace=0.5) == ["triton-0"]
     assert not group_alive(pid)  # the child ignored SIGTERM; SIGKILL after the grace

@@ -38,7 +38,7 @@ from inferline_envoy import config as envoy_config
 from inferline_stack import scaling
 from inferline_testing.ports import free_port
 from inferline_testing.probe import STATS_MODEL
-from inferline_testing.waits import wait_for
+from inferline_testing.waits import wait_for, wait_for_state
 
 logger = logging.getLogger(__name__)
 
@@ -313,12 +313,17 @@ class Pool:
 
 @contextlib.asynccontextmanager
 async def load(
-    target: str, concurrency: int = 8, channels: int = 2, timeout_s: float = 10.0
+    target: str,
+    concurrency: int = 8,
+    channels: int = 2,
+    timeout_s: float = 10.0,
+    images: Sequence[bytes] = (b"probe",),
 ) -> AsyncIterator[Recorder]:
     """The demo client's closed-loop load on ``target`` while the block runs.
 
     The recorder counts every finished request; leaving the block stops the load (requests
-    in flight are abandoned, not counted). Model ``classifier``, one tiny "image" a request.
+    in flight are abandoned, not counted). Model ``classifier``, one of ``images`` a request
+    (default: one tiny "image", which a probe backend answers without decoding).
     """
     recorder = Recorder(concurrency=concurrency)
     stop = asyncio.Event()
@@ -326,12 +331,22 @@ async def load(
         model="classifier", concurrency=concurrency, timeout_s=timeout_s, duration_s=3600.0
     )
     async with open_clients(target, channels) as clients:
-        task = asyncio.create_task(run_load(clients, config, [b"probe"], recorder, stop))
+        task = asyncio.create_task(run_load(clients, config, list(images), recorder, stop))
         try:
             yield recorder
         finally:
             stop.set()
             await task
+
+
+async def flowing(recorder: Recorder, requests: int = 50, timeout_s: float = 60.0) -> None:
+    """Wait until ``requests`` more requests have finished (the load is flowing)."""
+    target = recorder.requests + requests
+
+    def done() -> bool:
+        return recorder.requests >= target
+
+    await wait_for_state(done, timeout_s, f"{requests} more requests (from {recorder.requests})")
 
 
 def summary_text(summary: Summary, errors: Mapping[str, int]) -> str:

@@ -6,6 +6,7 @@ Each port setting gets a free port; a replica's base port gets one whose whole s
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,15 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` different free ports (held together while they are picked)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
 
 
 def bindable(port: int) -> bool:

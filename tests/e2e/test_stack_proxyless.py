@@ -8,24 +8,24 @@ through the public endpoint while Triton scales 1 → 2 → 1.
 from __future__ import annotations
 
 import asyncio
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from demo_client.client import open_clients
-from demo_client.load import LoadConfig, run_load
-from demo_client.stats import Recorder
 from inferline_stack.config import StackConfig
 from inferline_stack.processes import ProcessTable
 from inferline_stack.scale import scale
 from inferline_stack.stack import down, up
 from inferline_testing import media
+from inferline_testing.harness import flowing, load
 from inferline_testing.ports import config_on_free_ports
+from inferline_testing.waits import wait_for
 
 pytestmark = pytest.mark.e2e
+
+WAIT_S = 60.0  # generous: only bounds how long a broken run takes to fail
 
 
 @pytest.fixture(scope="module")
@@ -58,27 +58,26 @@ def served(config: StackConfig, replica: int) -> float:
 async def test_the_batcher_balances_over_triton_itself(proxyless_stack: StackConfig) -> None:
     config = proxyless_stack
     table = ProcessTable(Path(config.run_dir))
-    recorder = Recorder(concurrency=8)
-    stop = asyncio.Event()
-    load = LoadConfig(concurrency=8, timeout_s=30.0, duration_s=3600.0)
+    assert await asyncio.to_thread(scale, config, table, "triton", 1) == 0  # from one replica
     images = [media.encode(media.photo("chelsea")[:96, :128])]
-    async with open_clients(f"127.0.0.1:{config.public_port}", 2) as clients:
-        task = asyncio.create_task(run_load(clients, load, images, recorder, stop))
-        try:
-            assert await asyncio.to_thread(scale, config, table, "triton", 2) == 0
-            first = await asyncio.to_thread(served, config, 1)
-            deadline = time.monotonic() + 10
-            while await asyncio.to_thread(served, config, 1) < first + 50:
-                assert time.monotonic() < deadline, "triton-1 gets no batches from the batcher"
-                await asyncio.sleep(0.1)
-            assert await asyncio.to_thread(scale, config, table, "triton", 1) == 0
-            requests, deadline = recorder.requests, time.monotonic() + 10
-            while recorder.requests < requests + 100:  # still flowing on triton-0 alone
-                assert time.monotonic() < deadline, f"load stalled at {recorder.requests}"
-                await asyncio.sleep(0.05)
-        finally:
-            stop.set()
-            await task
+    async with load(
+        f"127.0.0.1:{config.public_port}", concurrency=8, timeout_s=30.0, images=images
+    ) as recorder:
+        await flowing(recorder)
+        assert await asyncio.to_thread(scale, config, table, "triton", 2) == 0
+        first = await asyncio.to_thread(served, config, 1)
+
+        async def triton_1_serves() -> bool:  # the batcher's own xDS client found it
+            return await asyncio.to_thread(served, config, 1) >= first + 50
+
+        await wait_for(triton_1_serves, WAIT_S, "50 inferences at triton-1 from the batcher")
+        assert await asyncio.to_thread(scale, config, table, "triton", 1) == 0
+        at_triton_0 = await asyncio.to_thread(served, config, 0)
+        await flowing(recorder, 100)  # still flowing on triton-0 alone
     print(recorder.summary())
     assert recorder.errors == 0, recorder.errors_by_code
-    assert await asyncio.to_thread(served, config, 0) > 0
+
+    async def triton_0_served() -> bool:  # (Triton's statistics may trail its answers)
+        return await asyncio.to_thread(served, config, 0) > at_triton_0
+
+    await wait_for(triton_0_served, WAIT_S, "triton-0 serving after the scale-down")

@@ -109,7 +109,9 @@ class FakeKubeApi:
 
     def compact(self) -> None:
         """Forget history; open watches get 410 Gone, as after etcd compaction."""
-        self.compacted = self.version + 1
+        # Like etcd compacted at the current revision: a watch from an older version gets
+        # 410 Gone; one from the current version (what a list answers now) is still valid.
+        self.compacted = self.version
         self.history.clear()
         message = f"too old resource version: (current {self.version})"
         self._broadcast({"type": "ERROR", "object": status(410, "Expired", message)})

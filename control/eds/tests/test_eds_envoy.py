@@ -8,7 +8,6 @@ request and when its first one came).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -17,19 +16,23 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from demo_client.stats import Recorder
 from eds.sources import endpoints_file
 from inferline_envoy import admin as envoy_admin
-from inferline_envoy import config as envoy_config
-from inferline_testing.harness import EdsProcess, EnvoyProcess, Pool, ScaleUp, envoy_params, load
-
-CONVERGENCE_GOAL_S = 1.0
-# The health-check window: a dead backend fails `unhealthy_threshold` checks `interval` apart,
-# each taking at most `timeout`.
-HC_WINDOW_S = (
-    envoy_config.LOCAL.health_check_interval_s * envoy_config.LOCAL.unhealthy_threshold
-    + envoy_config.LOCAL.health_check_timeout_s
+from inferline_testing.harness import (
+    EdsProcess,
+    EnvoyProcess,
+    Pool,
+    ScaleUp,
+    envoy_params,
+    flowing,
+    load,
 )
+from inferline_testing.waits import wait_for
+
+# Generous: only bounds how long a broken run takes to fail. How fast Envoy converges or ejects
+# a dead backend is measured by `make bench-eds`, and printed here (pytest -s), not asserted.
+WAIT_S = 30.0
+CONNECTED = "control_plane.connected_state"
 
 
 @dataclass
@@ -59,7 +62,7 @@ async def plane(tmp_path: Path) -> AsyncIterator[Plane]:
     try:
         first, _ = await pool.add()
         await envoy.start_ready()
-        await envoy_admin.wait_routable(envoy.admin, "triton", "127.0.0.1", first.port)
+        await envoy_admin.wait_routable(envoy.admin, "triton", "127.0.0.1", first.port, WAIT_S)
         yield plane
     finally:
         print(plane.logs())  # shown when a test fails
@@ -74,13 +77,8 @@ async def eds_metrics(eds: EdsProcess) -> str:
         return await response.text()
 
 
-async def flowing(recorder: Recorder, requests: int = 50, timeout_s: float = 10.0) -> None:
-    """Wait until ``requests`` more requests have finished."""
-    target = recorder.requests + requests
-    deadline = time.monotonic() + timeout_s
-    while recorder.requests < target:
-        assert time.monotonic() < deadline, f"load stalled at {recorder.requests} requests"
-        await asyncio.sleep(0.02)
+async def hostnames(plane: Plane) -> list[str]:
+    return [h.hostname for h in (await envoy_admin.clusters(plane.envoy.admin))["triton"]]
 
 
 async def test_scale_1_2_4_2_1_under_load_with_no_failed_request(plane: Plane) -> None:
@@ -90,25 +88,21 @@ async def test_scale_1_2_4_2_1_under_load_with_no_failed_request(plane: Plane) -
         for replicas in (2, 4, 2, 1):
             while len(pool.replicas) < replicas:
                 probe, event = await pool.add()
-                await pool.first_request(probe, event)
+                await pool.first_request(probe, event, WAIT_S)  # Envoy sends it requests
                 ups.append(event)
             while len(pool.replicas) > replicas:
                 await pool.remove()
             await flowing(recorder)
-        for _ in range(100):  # the last removal reaches Envoy within a poll or two
-            hosts = (await envoy_admin.clusters(plane.envoy.admin))["triton"]
-            if len(hosts) == 1:
-                break
-            await asyncio.sleep(0.02)
+
+        async def only_the_first() -> bool:  # the drained ones are gone from Envoy too
+            return await hostnames(plane) == ["triton-0"]
+
+        await wait_for(only_the_first, WAIT_S, "Envoy left with triton-0 alone")
     metrics = await eds_metrics(plane.eds)
     summary = recorder.summary()
     convergence = {e.replica: round(e.convergence_s or -1, 3) for e in ups}
-    print(f"convergence (s): {convergence}; {summary}")
+    print(f"announced -> first request (s): {convergence}; {summary}")
     assert summary.errors == 0, recorder.errors_by_code
-    assert len(ups) == 3
-    assert all(0 <= (e.convergence_s or -1) <= CONVERGENCE_GOAL_S for e in ups), convergence
-    assert [h.hostname for h in hosts] == ["triton-0"]  # drained ones are gone from Envoy too
-    assert summary.requests > 500
     assert 'inferline_eds_connected_proxies{api="sotw"} 1.0' in metrics
     assert 'inferline_eds_endpoints{cluster="triton",health="HEALTHY"} 1.0' in metrics
     assert 'inferline_eds_endpoints{cluster="triton",health="DRAINING"} 0.0' in metrics
@@ -122,17 +116,18 @@ async def test_kill_9_a_backend_under_load(plane: Plane) -> None:
     pool = plane.pool
     async with load(plane.target, concurrency=8) as recorder:
         victim, event = await pool.add()
-        await pool.first_request(victim, event)
+        await pool.first_request(victim, event, WAIT_S)
         await flowing(recorder)
         killed = time.monotonic()
         await victim.kill()
+        pool.replicas.remove(victim)  # already dead: the fixture has nothing to stop
         admin, port = plane.envoy.admin, victim.port
-        await envoy_admin.wait_gone(admin, "triton", "127.0.0.1", port, HC_WINDOW_S + 1)
+        await envoy_admin.wait_gone(admin, "triton", "127.0.0.1", port, WAIT_S)
         left_after_s = time.monotonic() - killed  # outlier detection, on failed connections
         await envoy_admin.wait_host(
             admin, "triton", "127.0.0.1", port,
             lambda h: h is not None and "failed_active_health_check" in h.flags,
-            HC_WINDOW_S + 1, "failing its health checks",
+            WAIT_S, "failing its health checks",
         )  # fmt: skip
         failed_hc_after_s = time.monotonic() - killed  # and the health checks keep it out
         await flowing(recorder, 200)
@@ -141,27 +136,30 @@ async def test_kill_9_a_backend_under_load(plane: Plane) -> None:
         f"{failed_hc_after_s:.2f} s; {recorder.summary()}"
     )
     assert recorder.errors == 0, recorder.errors_by_code  # retried on the other backend
-    assert left_after_s <= HC_WINDOW_S
-    assert failed_hc_after_s <= HC_WINDOW_S + 0.5
-    pool.replicas.remove(victim)  # already dead: the fixture has nothing to stop
+
+
+async def connected_state(plane: Plane) -> int | str | None:
+    return (await envoy_admin.stats(plane.envoy.admin, CONNECTED)).get(CONNECTED)
 
 
 async def test_control_plane_restart_under_load(plane: Plane) -> None:
-    admin = plane.envoy.admin
     async with load(plane.target, concurrency=8) as recorder:
         await flowing(recorder)
+        assert await connected_state(plane) == 1
         await plane.eds.kill()
-        connected = "control_plane.connected_state"
-        for _ in range(100):  # Envoy notices the stream is gone
-            if (await envoy_admin.stats(admin, connected)).get(connected) == 0:
-                break
-            await asyncio.sleep(0.05)
+
+        async def disconnected() -> bool:  # Envoy notices the stream is gone
+            return await connected_state(plane) == 0
+
+        await wait_for(disconnected, WAIT_S, "Envoy to see the control plane gone")
         await flowing(recorder, 300)  # Envoy serves on its last configuration
         probe, event = await plane.pool.add()  # the stack scales while the control plane is down
-        await asyncio.sleep(0.3)
-        assert (await probe.stats())[0] == 0  # nobody to tell Envoy yet
+        # 300 more requests through Envoy while the new replica is up and announced in the
+        # file: with nobody to tell Envoy, none of them reaches it.
+        await flowing(recorder, 300)
+        assert (await probe.stats())[0] == 0
         await plane.eds.start_ready()
-        await plane.pool.first_request(probe, event)  # resynchronised
+        await plane.pool.first_request(probe, event, WAIT_S)  # resynchronised
         await flowing(recorder)
-    assert (await envoy_admin.stats(admin, connected))[connected] == 1
+    assert await connected_state(plane) == 1
     assert recorder.errors == 0, recorder.errors_by_code

@@ -10,7 +10,7 @@ import asyncio
 import copy
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,9 +26,11 @@ from inferline_envoy import admin as envoy_admin
 from inferline_envoy import config as envoy_config
 from inferline_testing.harness import EnvoyProcess, envoy_params
 from inferline_testing.ports import free_port
+from inferline_testing.waits import wait_for
 
 CLUSTERS = ["triton", "batcher"]
 CLA = "ClusterLoadAssignment"
+WAIT_S = 30.0  # generous: only bounds how long a broken run takes to fail
 
 
 @dataclass
@@ -55,20 +57,14 @@ def metric(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
-async def eventually(check: Callable[[], Any], what: str, timeout_s: float = 5.0) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        value = await check()
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"not {what} after {timeout_s} s")
-        await asyncio.sleep(0.05)
-
-
 async def triton_stats(envoy: EnvoyProcess) -> dict[str, int | str]:
     return await envoy_admin.stats(envoy.admin, r"^cluster\.triton\.(update_|version_text)")
+
+
+async def health_checks(envoy: EnvoyProcess) -> int:
+    """Health checks Envoy has made of the triton cluster's endpoints (one a second each)."""
+    name = "cluster.triton.health_check.attempt"
+    return int((await envoy_admin.stats(envoy.admin, rf"^{name}$")).get(name, 0))
 
 
 async def names(envoy: EnvoyProcess, cluster: str = "triton") -> list[str]:
@@ -86,7 +82,13 @@ async def test_a_rejected_update_leaves_envoy_on_its_last_good_version(
     envoy = EnvoyProcess(tmp_path, envoy_params(control_plane.port, CLUSTERS, xds_api))
     await envoy.start_ready()
     try:
-        before = await eventually(lambda: triton_stats(envoy), "accepted")
+
+        async def accepted() -> dict[str, int | str]:
+            stats = await triton_stats(envoy)
+            return stats if stats.get("cluster.triton.update_success") else {}
+
+        before = await wait_for(accepted, WAIT_S, "the first version accepted")
+        assert await names(envoy) == ["good"]
         nacks = metric("inferline_eds_nacks_total", type=CLA)
         pushes = metric("inferline_eds_pushes_total", type=CLA, reason="change")
         with caplog.at_level(logging.WARNING, logger="eds.server"):
@@ -96,8 +98,16 @@ async def test_a_rejected_update_leaves_envoy_on_its_last_good_version(
             async def rejected() -> bool:
                 return (await triton_stats(envoy)).get("cluster.triton.update_rejected") == 1
 
-            await eventually(rejected, "rejected")
-            await asyncio.sleep(1.0)  # long enough to see a resend loop, if there were one
+            await wait_for(rejected, WAIT_S, "the bad version rejected")
+            # A resend loop would answer each NACK at once; let Envoy's health checker prove
+            # that time has passed (two more checks of `good`, a second apart) while the
+            # counts below stay where they are.
+            checks = await health_checks(envoy)
+
+            async def two_more_checks() -> bool:
+                return await health_checks(envoy) >= checks + 2
+
+            await wait_for(two_more_checks, WAIT_S, "two more health checks")
         after = await triton_stats(envoy)
         assert after["cluster.triton.update_rejected"] == 1
         assert after["cluster.triton.version_text"] == before["cluster.triton.version_text"]
@@ -111,7 +121,7 @@ async def test_a_rejected_update_leaves_envoy_on_its_last_good_version(
         async def moved_on() -> bool:
             return await names(envoy) == ["good", "next"]
 
-        await eventually(moved_on, "on the next good version")
+        await wait_for(moved_on, WAIT_S, "on the next good version")
         latest = await triton_stats(envoy)
         assert latest["cluster.triton.version_text"] != before["cluster.triton.version_text"]
     finally:
@@ -189,7 +199,7 @@ async def test_delta_sotw_and_plain_eds_give_envoy_the_same_endpoints(
             views = await asyncio.gather(*(view(e) for e in envoys))
             return all(v == expected(cache) for v in views)
 
-        await eventually(agree, "the same endpoints everywhere")
+        await wait_for(agree, WAIT_S, "the same endpoints everywhere")
         cache.update(
             {
                 "triton": [
@@ -200,7 +210,7 @@ async def test_delta_sotw_and_plain_eds_give_envoy_the_same_endpoints(
                 "batcher": [],
             }
         )
-        await eventually(agree, "the same endpoints after a change")
+        await wait_for(agree, WAIT_S, "the same endpoints after a change")
         assert control_plane.xds.streams == 6  # one ADS stream each; plain EDS: one per cluster
     finally:
         await asyncio.gather(*(e.stop() for e in envoys))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 from prometheus_client import REGISTRY
@@ -11,6 +10,9 @@ from prometheus_client import REGISTRY
 from eds.cache import Endpoint, EndpointCache
 from eds.sources import endpoints_file as ef
 from eds.sources.file import FileSource
+from inferline_testing.waits import wait_for_state
+
+WAIT_S = 30.0  # generous: only bounds how long a broken run takes to fail
 
 T0 = Endpoint("127.0.0.1", 8001, name="triton-0")
 T1 = Endpoint("127.0.0.1", 8011, name="triton-1")
@@ -77,18 +79,25 @@ def test_a_bad_file_keeps_the_last_good_endpoints(tmp_path: Path) -> None:
     assert cache.get("triton").endpoints == (T1,)  # type: ignore[union-attr]
 
 
-async def test_the_watch_sees_a_change_within_a_few_polls(tmp_path: Path) -> None:
+async def test_the_running_watch_applies_a_rewrite(tmp_path: Path) -> None:
     path = tmp_path / "endpoints.yaml"
     ef.write(path, {"triton": []})
     cache = EndpointCache(["triton"])
-    changed = asyncio.Event()
-    cache.subscribe(lambda names: changed.set() if cache.get("triton").endpoints else None)  # type: ignore[union-attr]
+    seen: list[tuple[str, tuple[Endpoint, ...]]] = []
+
+    def record(names: frozenset[str]) -> None:
+        state = cache.get("triton")
+        seen.append(("ready" if cache.ready else "not ready", state.endpoints if state else ()))
+
+    cache.subscribe(record)
     task = asyncio.create_task(FileSource(cache, path, poll_interval_s=0.05).run())
     try:
-        await asyncio.sleep(0.1)
-        start = time.monotonic()
+        await wait_for_state(lambda: cache.ready, WAIT_S, "the first read")  # it is watching
+        assert cache.get("triton").endpoints == ()  # type: ignore[union-attr]
         ef.set_endpoint(path, "triton", T0)
-        await asyncio.wait_for(changed.wait(), 2.0)
-        assert time.monotonic() - start < 0.5
+        await wait_for_state(lambda: len(seen) == 2, WAIT_S, f"the rewrite applied ({seen})")
     finally:
         task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    # Two notifications: becoming ready with the empty cluster, then the one change.
+    assert seen == [("ready", ()), ("ready", (T0,))]

@@ -122,4 +122,6 @@ def test_set_version_depends_on_names_and_versions_not_order() -> None:
     a, b = XdsResource(ENDPOINTS, "a", "1", b""), XdsResource(ENDPOINTS, "b", "2", b"")
     assert set_version([a, b]) == set_version([b, a])
     assert set_version([a]) != set_version([a, b])
-    assert set_version([]) == set_version([])
+    assert set_version([a]) != set_version([XdsResource(ENDPOINTS, "a", "3", b"")])  # version
+    assert set_version([a]) != set_version([XdsResource(ENDPOINTS, "c", "1", b"")])  # name
+    assert set_version([]) not in (set_version([a]), set_version([b]))

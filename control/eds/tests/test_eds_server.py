@@ -24,7 +24,9 @@ from eds.cache import Endpoint, EndpointCache
 from eds.resources import CLUSTERS, ENDPOINTS, SnapshotBuilder
 from eds.server import XdsServer
 from eds.streams import Kind, StreamEvent
+from inferline_testing.waits import wait_for_state
 
+WAIT_S = 30.0  # generous: only bounds how long a broken run takes to fail
 ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService/"
 EDS = "/envoy.service.endpoint.v3.EndpointDiscoveryService/"
 CDS = "/envoy.service.cluster.v3.ClusterDiscoveryService/"
@@ -50,12 +52,8 @@ class Stream:
     async def write(self, message: Any) -> None:
         await self.call.write(message)
 
-    async def read(self, wait_s: float = 2.0) -> Any:
+    async def read(self, wait_s: float = WAIT_S) -> Any:
         return await asyncio.wait_for(self.responses.get(), wait_s)
-
-    async def nothing_within(self, seconds: float = 0.3) -> None:
-        with pytest.raises(TimeoutError):
-            await asyncio.wait_for(self.responses.get(), seconds)
 
     async def code(self) -> grpc.StatusCode:
         return await self.call.code()
@@ -73,11 +71,11 @@ class World:
 
     async def seen(self, kind: Kind, count: int = 1) -> None:
         """Wait until the server has handled ``count`` requests of ``kind``."""
-        for _ in range(200):
-            if sum(1 for e in self.events if e.kind is kind) >= count:
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError(f"no {kind} after 2 s: {self.events}")
+
+        def enough() -> bool:
+            return sum(1 for e in self.events if e.kind is kind) >= count
+
+        await wait_for_state(enough, WAIT_S, f"{count} {kind} (seen: {self.events})")
 
     def sotw(self, path: str = ADS + "StreamAggregatedResources") -> Stream:
         return Stream(
@@ -124,16 +122,37 @@ def request(*names: str, version: str = "", nonce: str = "", error: str = "") ->
     )
 
 
+def endpoints_of(response: DiscoveryResponse) -> list[tuple[str, int]]:
+    """(address, port) of every endpoint of the one ClusterLoadAssignment in ``response``."""
+    [resource] = response.resources
+    cla = ClusterLoadAssignment.parse(resource.value)
+    out = []
+    for locality in cla.endpoints:
+        for lb in locality.lb_endpoints:
+            assert lb.endpoint is not None and lb.endpoint.address is not None
+            socket = lb.endpoint.address.socket_address
+            assert socket is not None and socket.port_value is not None
+            out.append((socket.address, socket.port_value))
+    return out
+
+
 async def test_sotw_holds_its_answer_until_the_cache_is_ready(world: World) -> None:
     call = world.sotw()
     await call.write(request("triton"))
-    await call.nothing_within()
-    world.cache.set_cluster("triton", [E1])
-    await call.nothing_within()  # changed, but still not ready
+    await world.seen(Kind.SUBSCRIBE)  # handled, and nothing to answer yet
+    world.cache.set_cluster("triton", [E1])  # changed, but still not ready
+    world.cache.set_cluster("triton", [E1, E2])
     world.cache.mark_ready()
-    response = await call.read()
-    cla = ClusterLoadAssignment.parse(response.resources[0].value)
-    assert cla.cluster_name == "triton" and len(cla.endpoints[0].lb_endpoints) == 1
+    # A stream delivers in order: had anything gone out before the cache was ready, it would
+    # be read here first instead of the ready content.
+    first = await call.read()
+    assert endpoints_of(first) == [(E1.address, E1.port), (E2.address, E2.port)]
+    await call.write(request("triton", version=first.version_info, nonce=first.nonce))
+    await world.seen(Kind.ACK)
+    world.cache.set_cluster("triton", [E2])
+    second = await call.read()  # the next one is the next change: nothing came in between
+    assert endpoints_of(second) == [(E2.address, E2.port)]
+    assert second.version_info != first.version_info
     call.cancel()
 
 
@@ -154,7 +173,7 @@ async def test_sotw_ack_push_nack_over_grpc(world: World, caplog: pytest.LogCapt
         await call.write(
             request("triton", version=first.version_info, nonce=second.nonce, error="bad IP")
         )
-        await call.nothing_within()  # the NACKed version is not resent
+        await world.seen(Kind.NACK)
     assert "test-proxy (sotw) rejected ClusterLoadAssignment" in caplog.text
     assert "bad IP" in caplog.text
     kinds = [e.kind for e in world.events]
@@ -166,8 +185,10 @@ async def test_sotw_ack_push_nack_over_grpc(world: World, caplog: pytest.LogCapt
         == pushes + 1
     )
     world.cache.set_cluster("triton", [E2])
+    # In order on the stream: a resend of the NACKed version would be read here instead.
     third = await call.read()
     assert third.version_info not in (first.version_info, second.version_info)
+    assert endpoints_of(third) == [(E2.address, E2.port)]
     call.cancel()
 
 
@@ -246,16 +267,19 @@ async def test_connected_proxies_and_close_ends_every_stream(world: World) -> No
 
 async def test_a_client_that_goes_away_is_forgotten(world: World) -> None:
     world.cache.mark_ready()
+    before = metric("inferline_eds_connected_proxies", api="sotw")
     call = world.sotw()
     await call.write(request("triton"))
     await call.read()
+    assert world.xds.streams == 1
     call.cancel()
-    for _ in range(100):
-        if world.xds.streams == 0:
-            break
-        await asyncio.sleep(0.01)
-    assert world.xds.streams == 0
-    world.cache.set_cluster("triton", [E2])  # no stream left to wake: nothing breaks
+    await wait_for_state(lambda: world.xds.streams == 0, WAIT_S, "the stream forgotten")
+    assert metric("inferline_eds_connected_proxies", api="sotw") == before
+    assert world.cache.set_cluster("triton", [E2])  # no stream left to wake: nothing breaks
+    again = world.sotw()  # and the next client gets the change
+    await again.write(request("triton"))
+    assert endpoints_of(await again.read()) == [(E2.address, E2.port)]
+    again.cancel()
 
 
 async def test_one_change_reaches_a_hundred_streams(world: World) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from envoy_data_plane.envoy.config.core.v3 import Node
 from envoy_data_plane.envoy.service.discovery.v3 import (
     DeltaDiscoveryRequest,
@@ -19,6 +20,16 @@ from eds.streams import Kind
 
 E1 = Endpoint("10.0.0.1", 8001)
 E2 = Endpoint("10.0.0.2", 8001)
+
+
+class Clock:
+    """A monotonic clock the test moves by hand: latencies are exact, not measured."""
+
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def world() -> tuple[EndpointCache, SnapshotBuilder]:
@@ -50,14 +61,17 @@ def ack(response: DiscoveryResponse, *names: str) -> DiscoveryRequest:
 
 def test_sotw_answers_a_subscription_and_is_quiet_after_the_ack() -> None:
     _, builder = world()
-    stream = SotwStream(TYPES)
+    clock = Clock()
+    stream = SotwStream(TYPES, clock=clock)
     event = stream.on_request(eds_request("triton"))
     assert (event.kind, event.node_id, event.names) == (Kind.SUBSCRIBE, "envoy-1", ("triton",))
+    assert event.latency_s is None  # a subscription answers no response
     [response] = stream.responses(builder.snapshot())
     assert response.type_url == ENDPOINTS and len(response.resources) == 1
+    clock.now += 0.25
     event = stream.on_request(ack(response, "triton"))
     assert event.kind is Kind.ACK and event.version == response.version_info
-    assert event.latency_s is not None and event.latency_s >= 0
+    assert event.latency_s == pytest.approx(0.25)  # from the response to its ACK
     assert stream.acked_version(ENDPOINTS) == response.version_info
     assert stream.responses(builder.snapshot()) == []
 
@@ -88,17 +102,21 @@ def test_sotw_pushes_a_change_with_a_new_version_and_nonce() -> None:
 
 def test_sotw_nack_keeps_the_last_good_version_and_is_never_resent() -> None:
     cache, builder = world()
-    stream = SotwStream(TYPES)
+    clock = Clock()
+    stream = SotwStream(TYPES, clock=clock)
     stream.on_request(eds_request("triton"))
     [good] = stream.responses(builder.snapshot())
     stream.on_request(ack(good, "triton"))
+    clock.now += 5.0
     cache.set_cluster("triton", [E2])
     [bad] = stream.responses(builder.snapshot())
+    clock.now += 0.5
     event = stream.on_request(
         eds_request("triton", version=good.version_info, nonce=bad.nonce, error="malformed IP")
     )
     assert event.kind is Kind.NACK
     assert (event.version, event.error) == (bad.version_info, "malformed IP")
+    assert event.latency_s == pytest.approx(0.5)  # since the rejected response, not the first
     assert stream.acked_version(ENDPOINTS) == good.version_info
     for _ in range(3):  # no loop: the rejected version is not sent again
         assert stream.responses(builder.snapshot()) == []
@@ -236,14 +254,20 @@ def test_delta_resubscribing_resends_even_an_unchanged_resource() -> None:
 
 def test_delta_nack_is_reported_and_not_resent() -> None:
     cache, builder = world()
-    stream = DeltaStream(TYPES)
+    clock = Clock()
+    stream = DeltaStream(TYPES, clock=clock)
     stream.on_request(delta_request(["triton"]))
     [first] = stream.responses(builder.snapshot())
-    stream.on_request(delta_request(nonce=first.nonce))
+    clock.now += 0.125
+    event = stream.on_request(delta_request(nonce=first.nonce))
+    assert event.kind is Kind.ACK and event.latency_s == pytest.approx(0.125)
+    clock.now += 5.0
     cache.set_cluster("triton", [E2])
     [bad] = stream.responses(builder.snapshot())
+    clock.now += 0.75
     event = stream.on_request(delta_request(nonce=bad.nonce, error="rejected"))
     assert event.kind is Kind.NACK and event.error == "rejected"
+    assert event.latency_s == pytest.approx(0.75)
     assert stream.responses(builder.snapshot()) == []
     cache.set_cluster("triton", [E1, E2])
     assert names(stream.responses(builder.snapshot())[0]) == ["triton"]

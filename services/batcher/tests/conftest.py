@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -23,6 +22,7 @@ from batcher import app
 from batcher.config import Config
 from batcher.service import BatcherService
 
+WAIT_S = 30.0  # generous: only bounds how long a broken run takes to fail
 POISON = b"POISON"  # an item starting with this fails its whole batch upstream
 MODELS = {"echo": 8, "echo2": 8, "plain": 0}  # model -> max_batch_size in its config
 
@@ -42,7 +42,7 @@ class FakeUpstream(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def wait_calls(self, count: int) -> None:
         """Until ``count`` ModelInfer calls have arrived (an event, not a sleep)."""
-        async with asyncio.timeout(5.0), self._arrived:
+        async with asyncio.timeout(WAIT_S), self._arrived:
             await self._arrived.wait_for(lambda: len(self.calls) >= count)
 
     async def ModelInfer(self, request: Any, context: Any) -> Any:
@@ -144,17 +144,9 @@ async def wait_serving(url: str) -> None:
     async with grpc.aio.insecure_channel(url) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         response = await stub.Check(
-            health_pb2.HealthCheckRequest(), wait_for_ready=True, timeout=10
+            health_pb2.HealthCheckRequest(), wait_for_ready=True, timeout=WAIT_S
         )
         assert response.status == health_pb2.HealthCheckResponse.SERVING
-
-
-async def eventually(condition: Callable[[], bool], within_s: float = 5.0) -> None:
-    """Until ``condition()`` holds, checked on every turn of the event loop."""
-    deadline = time.monotonic() + within_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition never held"
-        await asyncio.sleep(0)
 
 
 @dataclass

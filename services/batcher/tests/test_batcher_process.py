@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 
 import aiohttp
@@ -13,13 +12,9 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2_grpc
 
+from inferline_testing.ports import free_port
+
 from .conftest import FakeUpstream, infer_request, serve, wait_serving
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_runs_serves_metrics_and_stops_on_sigterm() -> None:

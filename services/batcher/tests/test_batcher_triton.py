@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 import subprocess
 import sys
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
-from contextlib import ExitStack
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,19 +24,14 @@ from tritonclient.utils import InferenceServerException
 
 from batcher import app
 from batcher.config import Config
+from inferline_testing.ports import free_ports
+from inferline_testing.waits import wait_for, wait_for_state
 
-from .conftest import wait_serving
+from .conftest import WAIT_S, wait_serving
 
 MODEL = "simulated_gpu"
+MAX_BATCH_SIZE = 16
 READY_TIMEOUT_S = 120.0
-
-
-def free_ports(count: int) -> list[int]:
-    with ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
 
 
 @dataclass
@@ -45,6 +39,13 @@ class SimulatedTriton:
     grpc_url: str
     metrics_url: str
     log: Path
+    process: subprocess.Popen[bytes]
+
+    def exited(self) -> str | None:
+        """Why a wait on this server should give up: it is no longer running."""
+        if self.process.poll() is None:
+            return None
+        return f"simulated Triton exited with {self.process.returncode}:\n{tail(self.log)}"
 
     def counters(self) -> dict[str, float]:
         """Triton's own counters for the model: executions, items, compute time."""
@@ -62,13 +63,13 @@ def simulated_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simul
             [sys.executable, "-m", "inferline_models.triton", "--model", MODEL,
              "--address", "127.0.0.1", "--grpc-port", str(grpc_port),
              "--http-port", str(http_port), "--metrics-port", str(metrics_port),
-             "--no-dynamic-batching", "--max-batch-size", "16",
+             "--no-dynamic-batching", "--max-batch-size", str(MAX_BATCH_SIZE),
              "--simulated-t0-ms", "20", "--simulated-k-ms", "0.5"],
             stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     try:
         yield SimulatedTriton(
-            f"127.0.0.1:{grpc_port}", f"http://127.0.0.1:{metrics_port}/metrics", log
+            f"127.0.0.1:{grpc_port}", f"http://127.0.0.1:{metrics_port}/metrics", log, process
         )
     finally:
         process.terminate()
@@ -79,40 +80,47 @@ def simulated_triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simul
             process.wait()
 
 
-async def wait_model_ready(url: str, log: Path) -> None:
-    """Poll KServe ModelReady until the model is up (each poll is the readiness RPC itself)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + READY_TIMEOUT_S
-    async with triton.InferenceServerClient(url) as client:
-        while loop.time() < deadline:
+async def wait_model_ready(server: SimulatedTriton) -> None:
+    """Until KServe ModelReady says the model is up (each check is the readiness RPC)."""
+    async with triton.InferenceServerClient(server.grpc_url) as client:
+
+        async def ready() -> bool:
             try:
-                if await client.is_model_ready(MODEL):
-                    return
+                return bool(await client.is_model_ready(MODEL))
             except InferenceServerException:
-                pass  # not listening yet
-            await asyncio.sleep(0.1)  # poll interval between readiness RPCs
-    pytest.fail(f"simulated Triton not ready:\n{tail(log)}")
+                return False  # not listening yet
+
+        await wait_for(ready, READY_TIMEOUT_S, f"{MODEL} ready", abort=server.exited)
 
 
 def tail(log: Path) -> str:
     return log.read_text(errors="replace")[-4000:]
 
 
-@pytest_asyncio.fixture(scope="module")
-async def batcher_url(simulated_triton: SimulatedTriton) -> AsyncIterator[str]:
-    await wait_model_ready(simulated_triton.grpc_url, simulated_triton.log)
+@asynccontextmanager
+async def batcher_for(server: SimulatedTriton, max_queue_delay_ms: float) -> AsyncIterator[str]:
+    """The batcher, as ``python -m batcher`` starts it, in front of ``server``; its address."""
+    await wait_model_ready(server)
     config = Config(
         host="127.0.0.1",
         port=0,
-        upstream_url=simulated_triton.grpc_url,
-        max_queue_delay_ms=200.0,
+        upstream_url=server.grpc_url,
+        max_queue_delay_ms=max_queue_delay_ms,
         max_inflight=1,
     )
     running = await app.start(config)
     url = f"127.0.0.1:{running.port}"
-    await wait_serving(url)
-    yield url
-    await running.stop(1.0)
+    try:
+        await wait_serving(url)
+        yield url
+    finally:
+        await running.stop(1.0)
+
+
+@pytest_asyncio.fixture(scope="module")
+async def batcher_url(simulated_triton: SimulatedTriton) -> AsyncIterator[str]:
+    async with batcher_for(simulated_triton, max_queue_delay_ms=200.0) as url:
+        yield url
 
 
 def image(tag: int) -> np.ndarray[Any, Any]:
@@ -122,36 +130,47 @@ def image(tag: int) -> np.ndarray[Any, Any]:
     return pixels
 
 
-async def classify(client: triton.InferenceServerClient, tag: int) -> int:
+async def classify(
+    client: triton.InferenceServerClient, tag: int, timeout_s: float | None = None
+) -> int:
     tensor = triton.InferInput("INPUT", [1, 3, 224, 224], "UINT8")
     tensor.set_data_from_numpy(image(tag))
-    result = await client.infer(MODEL, [tensor], request_id=str(tag))
+    result = await client.infer(MODEL, [tensor], request_id=str(tag), client_timeout=timeout_s)
     assert result.get_response().id == str(tag)
     probs = result.as_numpy("PROBS")
     assert probs is not None and probs.shape == (1, 1000)
     return int(probs.argmax())
 
 
+def ok_rpcs() -> float:
+    labels = {"method": "ModelInfer", "code": "OK"}
+    return REGISTRY.get_sample_value("inferline_batcher_grpc_requests_total", labels) or 0.0
+
+
 async def test_concurrent_callers_share_one_gpu_batch_and_get_their_own_answers(
-    batcher_url: str, simulated_triton: SimulatedTriton
+    simulated_triton: SimulatedTriton,
 ) -> None:
-    before = simulated_triton.counters()
-    rpcs = REGISTRY.get_sample_value(
-        "inferline_batcher_grpc_requests_total", {"method": "ModelInfer", "code": "OK"}
-    )
+    # A partial batch would wait a minute, longer than any caller does: the batch goes when it
+    # is full (16 callers, the model's max_batch_size), however slowly they arrive.
     tags = [3, 141, 592, 653, 589, 793, 238, 462, 643, 383, 279, 502, 884, 197, 169, 399]
-    async with triton.InferenceServerClient(batcher_url) as client:
-        classes = await asyncio.gather(*(classify(client, tag) for tag in tags))
-    assert classes == tags
-    after = simulated_triton.counters()
-    assert after["nv_inference_count"] - before["nv_inference_count"] == 16
+    assert len(tags) == MAX_BATCH_SIZE
+    async with batcher_for(simulated_triton, max_queue_delay_ms=60_000.0) as url:
+        before = simulated_triton.counters()
+        rpcs = ok_rpcs()
+        async with triton.InferenceServerClient(url) as client:
+            calls = (classify(client, tag, timeout_s=WAIT_S) for tag in tags)
+            classes = await asyncio.gather(*calls)
+    assert classes == tags  # each caller got its own answer
+    assert ok_rpcs() == rpcs + len(tags)
+
+    def counted() -> dict[str, float]:  # Triton's statistics may trail its answers
+        now = simulated_triton.counters()
+        done = now["nv_inference_count"] - before["nv_inference_count"] >= len(tags)
+        return now if done else {}
+
+    after = await wait_for_state(counted, WAIT_S, "Triton's count of the 16 inferences")
+    assert after["nv_inference_count"] - before["nv_inference_count"] == len(tags)
     assert after["nv_inference_exec_count"] - before["nv_inference_exec_count"] == 1  # one batch
-    assert (
-        REGISTRY.get_sample_value(
-            "inferline_batcher_grpc_requests_total", {"method": "ModelInfer", "code": "OK"}
-        )
-        == (rpcs or 0) + 16
-    )
 
 
 async def test_metadata_readiness_and_errors_come_from_triton(batcher_url: str) -> None:
@@ -174,8 +193,8 @@ async def test_health_and_reflection_are_served(batcher_url: str) -> None:
     async with grpc.aio.insecure_channel(batcher_url) as channel:
         stub = reflection_pb2_grpc.ServerReflectionStub(channel)
         request = reflection_pb2.ServerReflectionRequest(list_services="")
-        async for response in stub.ServerReflectionInfo(iter([request])):
-            names = {s.name for s in response.list_services_response.service}
-            assert "inference.GRPCInferenceService" in names
-            assert "grpc.health.v1.Health" in names
-            break
+        responses = [r async for r in stub.ServerReflectionInfo(iter([request]), timeout=WAIT_S)]
+    assert len(responses) == 1  # one answer to the one request
+    names = {s.name for s in responses[0].list_services_response.service}
+    assert "inference.GRPCInferenceService" in names
+    assert "grpc.health.v1.Health" in names

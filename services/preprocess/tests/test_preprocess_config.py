@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from inferline.config import ConfigError, load
@@ -10,7 +12,8 @@ def test_defaults_match_the_design() -> None:
     config = load(Config, PREFIX, environ={})
     assert (config.port, config.metrics_port, config.backend) == (8091, 9181, "auto")
     assert (config.resize, config.crop) == (256, 224)
-    assert config.threads >= 1
+    assert config.workers == 0
+    assert config.threads == len(os.sched_getaffinity(0))  # 0: every core it may run on
 
 
 def test_environment_and_flags() -> None:
