@@ -1,11 +1,20 @@
-"""Fixtures shared by every suite: the real local stack on free ports.
+"""Fixtures shared by every suite: the real local stack on free ports, and the placements of
+middleman that the end-to-end suites run against.
 
 The whole pipeline as the user runs it (`make up`): control plane, Envoy, Triton with the real
-model, batcher, preprocess and middleman, every hop through Envoy.
+model, batcher, preprocess and middleman, every hop through Envoy. ``public_url`` is
+parametrised over where middleman runs and decodes, so every end-to-end test that takes it runs
+once per placement:
+
+- ``stack``: the stack's public endpoint (Envoy → middleman → Envoy → preprocess / batcher);
+- ``remote-decode``: a middleman of its own calling a preprocess service of its own directly,
+  then the session's Triton directly (no Envoy, no batcher);
+- ``in-process-decode``: a middleman of its own decoding in process, then the session's Triton.
 """
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,12 +23,18 @@ from pathlib import Path
 import pytest
 
 from inferline_stack.config import StackConfig
+from inferline_stack.health import wait_ready
 from inferline_stack.processes import ProcessTable
 from inferline_stack.stack import down, up
-from inferline_testing.ports import config_on_free_ports
+from inferline_testing.ports import config_on_free_ports, free_port
 
 ROOT = Path(__file__).parent
 MODEL_REPOSITORY = ROOT / "build" / "model_repository"
+PLACEMENTS = ("stack", "remote-decode", "in-process-decode")
+START_TIMEOUT_S = 120.0
+# The extra placements stream video in chunks of 4 frames (the stack keeps the default), so a
+# video's responses span several chunks and inference calls somewhere.
+CHUNK_FRAMES = "4"
 
 
 @pytest.fixture(scope="session")
@@ -47,6 +62,67 @@ def stack(
     down(config, table)
 
 
+def _service_env(service: str, port: int, **settings: str) -> dict[str, str]:
+    prefix = f"INFERLINE_{service.upper()}"
+    env = {"HOST": "127.0.0.1", "PORT": str(port), "METRICS_PORT": str(free_port()), **settings}
+    return {f"{prefix}_{name.upper()}": value for name, value in env.items()}
+
+
 @pytest.fixture(scope="session")
-def public_url(stack: StackConfig) -> str:
-    return f"127.0.0.1:{stack.public_port}"
+def middlemen(
+    stack: StackConfig, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
+    """{placement: address} of two more middlemen on the session's Triton, as processes
+    exactly as deployed: ``remote-decode`` (with a preprocess service of its own) and
+    ``in-process-decode``. Each is ready once its KServe ServerReady and ModelReady say so."""
+    table = ProcessTable(tmp_path_factory.mktemp("placements"))
+    preprocess_port = free_port()
+    ports = {placement: free_port() for placement in PLACEMENTS[1:]}
+    triton = f"127.0.0.1:{stack.triton_grpc_port}"
+    processes = {  # name -> (module, env, address, model it serves)
+        "preprocess": (
+            "preprocess",
+            _service_env(
+                "preprocess", preprocess_port, workers="2", video_chunk_frames=CHUNK_FRAMES
+            ),
+            f"127.0.0.1:{preprocess_port}",
+            "preprocess",
+        ),
+        **{
+            f"middleman-{placement}": (
+                "middleman",
+                _service_env(
+                    "middleman",
+                    port,
+                    triton_url=triton,
+                    triton_model=stack.model,
+                    preprocess_url=(
+                        f"127.0.0.1:{preprocess_port}" if placement == "remote-decode" else ""
+                    ),
+                    video_chunk_frames=CHUNK_FRAMES,
+                ),
+                f"127.0.0.1:{port}",
+                "classifier",
+            )
+            for placement, port in ports.items()
+        },
+    }
+    try:
+        for name, (module, env, _, _) in processes.items():
+            table.start(name, [sys.executable, "-m", module], env)
+        for name, (_, _, address, model) in processes.items():
+            running = functools.partial(table.running, name)
+            if not wait_ready(address, model, START_TIMEOUT_S, running):
+                pytest.fail(f"{name} did not become ready:\n{table.log_tail(name)}")
+        yield {placement: f"127.0.0.1:{port}" for placement, port in ports.items()}
+    finally:
+        table.stop_all(list(processes), 10)
+
+
+@pytest.fixture(scope="session", params=PLACEMENTS)
+def public_url(request: pytest.FixtureRequest, stack: StackConfig) -> str:
+    """The public KServe v2 endpoint of each placement in turn (see the module's docstring)."""
+    if request.param == "stack":
+        return f"127.0.0.1:{stack.public_port}"
+    middlemen: dict[str, str] = request.getfixturevalue("middlemen")
+    return middlemen[request.param]

@@ -1,4 +1,8 @@
-"""The thin gRPC layer: KServe v2 model ``classifier``, answering as Triton would."""
+"""The thin gRPC layer: KServe v2 models ``classifier`` and ``classifier_video``, answering as
+Triton would. What a request means (inputs, outputs, deadlines, the models' descriptions) is
+in :mod:`middleman.inputs`, :mod:`middleman.outputs`, :mod:`middleman.budget` and
+:mod:`middleman.models`; errors become gRPC statuses at :func:`inferline.errors.grpc_boundary`.
+"""
 
 from __future__ import annotations
 
@@ -6,28 +10,20 @@ import logging
 import time
 from collections.abc import AsyncIterator
 
-import numpy as np
 from prometheus_client import Counter, Histogram
-from tritonclient.grpc import model_config_pb2, service_pb2
+from tritonclient.grpc import service_pb2
 
 from inferline import kserve
 from inferline.errors import grpc_boundary, grpc_stream_boundary, invalid
 from inferline.metrics import LATENCY_BUCKETS
 from inferline.servicer import Context, KServeServicer
+from middleman import inputs, outputs
+from middleman.budget import Budget
+from middleman.models import MODEL, MODELS, VIDEO_MODEL, model_config, model_metadata
 from middleman.pipeline import Preprocessor, TritonUpstream
-from middleman.video import ClassifiedFrame, VideoClassifier
+from middleman.video import VideoClassifier
 
 logger = logging.getLogger(__name__)
-
-MODEL = "classifier"
-VIDEO_MODEL = "classifier_video"
-MODELS = (MODEL, VIDEO_MODEL)
-INPUT = "IMAGE"
-VIDEO_INPUT = "VIDEO"
-OUTPUT = "PROBABILITIES"
-VIDEO_OUTPUTS = ("FRAME_INDEX", "TIMESTAMP", OUTPUT)
-INPUT_HINT = "BYTES [N], each element one encoded JPEG, PNG, WebP, BMP or GIF file"
-VIDEO_HINT = "BYTES [1], one whole mp4, mkv or webm file"
 
 IMAGES = Counter("inferline_middleman_images_total", "Images classified", ["model"])
 FRAMES = Counter("inferline_middleman_frames_total", "Video frames classified", ["model"])
@@ -68,49 +64,14 @@ class ClassifierService(KServeServicer):
         self, request: service_pb2.ModelMetadataRequest, context: Context
     ) -> service_pb2.ModelMetadataResponse:
         self.check_model(request.name, request.version)
-        tensor = service_pb2.ModelMetadataResponse.TensorMetadata
-        if request.name == VIDEO_MODEL:
-            return service_pb2.ModelMetadataResponse(
-                name=VIDEO_MODEL,
-                versions=["1"],
-                platform="inferline",
-                inputs=[tensor(name=VIDEO_INPUT, datatype="BYTES", shape=[1])],
-                outputs=[
-                    tensor(name="FRAME_INDEX", datatype="INT64", shape=[1]),
-                    tensor(name="TIMESTAMP", datatype="FP64", shape=[1]),
-                    tensor(name=OUTPUT, datatype="FP32", shape=[1, len(self.labels)]),
-                ],
-            )
-        return service_pb2.ModelMetadataResponse(
-            name=MODEL,
-            versions=["1"],
-            platform="inferline",
-            inputs=[tensor(name=INPUT, datatype="BYTES", shape=[-1])],
-            outputs=[tensor(name=OUTPUT, datatype="FP32", shape=[-1, len(self.labels)])],
-        )
+        return model_metadata(request.name, len(self.labels))
 
     @grpc_boundary
     async def ModelConfig(
         self, request: service_pb2.ModelConfigRequest, context: Context
     ) -> service_pb2.ModelConfigResponse:
         self.check_model(request.name, request.version)
-        if request.name == VIDEO_MODEL:
-            return service_pb2.ModelConfigResponse(config=self._video_config())
-        config = model_config_pb2.ModelConfig(
-            name=MODEL,
-            platform="inferline",
-            max_batch_size=self.max_batch,
-            input=[
-                model_config_pb2.ModelInput(
-                    name=INPUT, data_type=model_config_pb2.TYPE_STRING, dims=[1]
-                )
-            ],
-            output=[
-                model_config_pb2.ModelOutput(
-                    name=OUTPUT, data_type=model_config_pb2.TYPE_FP32, dims=[len(self.labels)]
-                )
-            ],
-        )
+        config = model_config(request.name, len(self.labels), self.max_batch)
         return service_pb2.ModelConfigResponse(config=config)
 
     # -- inference ----------------------------------------------------------------------------
@@ -124,25 +85,16 @@ class ClassifierService(KServeServicer):
             raise invalid(
                 f"model {VIDEO_MODEL!r} streams one response per frame: call ModelStreamInfer"
             )
-        counts = self._requested(request)
-        images = kserve.find_batch(request, INPUT, INPUT_HINT, self.max_batch)
-        remaining = context.time_remaining()
-        deadline = time.monotonic() + (remaining if remaining else self.default_timeout)
+        counts = outputs.requested(request)
+        images = inputs.images(request, self.max_batch)
+        budget = Budget.start(context.time_remaining(), self.default_timeout)
 
         start = time.perf_counter()
-        batch = await self.preprocess(images, deadline - time.monotonic())
+        batch = await self.preprocess(images, budget.left())
         decoded = time.perf_counter()
-        probabilities = await self.upstream.infer(batch, max(deadline - time.monotonic(), 0.001))
+        probabilities = await self.upstream.infer(batch, budget.left())
         inferred = time.perf_counter()
-
-        response = service_pb2.ModelInferResponse(
-            model_name=MODEL, model_version="1", id=request.id
-        )
-        for name, k in counts.items():
-            if k:
-                kserve.add_output(response, name, kserve.classify(probabilities, k, self.labels))
-            else:
-                kserve.add_output(response, name, probabilities)
+        response = outputs.classifier_response(request.id, counts, probabilities, self.labels)
         STAGE_SECONDS.labels("decode").observe(decoded - start)
         STAGE_SECONDS.labels("infer").observe(inferred - decoded)
         STAGE_SECONDS.labels("postprocess").observe(time.perf_counter() - inferred)
@@ -159,76 +111,10 @@ class ClassifierService(KServeServicer):
             self.check_model(request.model_name, request.model_version)
             if request.model_name != VIDEO_MODEL:
                 raise invalid(f"model {request.model_name!r} is not streamed: call ModelInfer")
-            outputs = self._video_requested(request)
-            video = kserve.find_input(request, VIDEO_INPUT, "BYTES", VIDEO_HINT)
-            if video.shape != (1,):
-                raise invalid(f"input {VIDEO_INPUT!r} must have shape [1]; got {list(video.shape)}")
+            counts = outputs.video_requested(request, self.video_top_k)
+            video = inputs.video(request)
             remaining = context.time_remaining()
-            frames = self.video(video[0], kserve.parameters(request), remaining)
-            async for frame in frames:
-                response = self._frame_response(request, frame, outputs)
+            async for frame in self.video(video, kserve.parameters(request), remaining):
+                response = outputs.frame_response(request.id, counts, frame, self.labels)
                 FRAMES.labels(VIDEO_MODEL).inc()
                 yield service_pb2.ModelStreamInferResponse(infer_response=response)
-
-    def _frame_response(
-        self,
-        request: service_pb2.ModelInferRequest,
-        frame: ClassifiedFrame,
-        outputs: dict[str, int],
-    ) -> service_pb2.ModelInferResponse:
-        response = service_pb2.ModelInferResponse(
-            model_name=VIDEO_MODEL, model_version="1", id=request.id
-        )
-        for name, k in outputs.items():
-            if name == "FRAME_INDEX":
-                kserve.add_output(response, name, np.array([frame.index], np.int64))
-            elif name == "TIMESTAMP":
-                kserve.add_output(response, name, np.array([frame.timestamp], np.float64))
-            elif k:
-                row = frame.probabilities[np.newaxis]
-                kserve.add_output(response, name, kserve.classify(row, k, self.labels))
-            else:
-                kserve.add_output(response, name, frame.probabilities[np.newaxis])
-        response.parameters["triton_final_response"].bool_param = frame.last
-        return response
-
-    def _video_requested(self, request: service_pb2.ModelInferRequest) -> dict[str, int]:
-        """Outputs -> class_count; by default all three, with the top ``video_top_k`` classes."""
-        if not request.outputs:
-            return {"FRAME_INDEX": 0, "TIMESTAMP": 0, OUTPUT: self.video_top_k}
-        counts: dict[str, int] = {}
-        for output in request.outputs:
-            if output.name not in VIDEO_OUTPUTS:
-                names = ", ".join(repr(n) for n in VIDEO_OUTPUTS)
-                raise invalid(f"unknown output {output.name!r}: model {VIDEO_MODEL!r} has {names}")
-            counts[output.name] = kserve.class_count(output) if output.name == OUTPUT else 0
-        return counts
-
-    def _video_config(self) -> model_config_pb2.ModelConfig:
-        mc = model_config_pb2
-        return mc.ModelConfig(
-            name=VIDEO_MODEL,
-            platform="inferline",
-            max_batch_size=0,
-            input=[mc.ModelInput(name=VIDEO_INPUT, data_type=mc.TYPE_STRING, dims=[1])],
-            output=[
-                mc.ModelOutput(name="FRAME_INDEX", data_type=mc.TYPE_INT64, dims=[1]),
-                mc.ModelOutput(name="TIMESTAMP", data_type=mc.TYPE_FP64, dims=[1]),
-                mc.ModelOutput(name=OUTPUT, data_type=mc.TYPE_FP32, dims=[1, len(self.labels)]),
-            ],
-            model_transaction_policy=mc.ModelTransactionPolicy(decoupled=True),
-        )
-
-    # -- helpers ------------------------------------------------------------------------------
-
-    @staticmethod
-    def _requested(request: service_pb2.ModelInferRequest) -> dict[str, int]:
-        """Requested outputs -> class_count (0 = probabilities); all outputs when none named."""
-        if not request.outputs:
-            return {OUTPUT: 0}
-        counts: dict[str, int] = {}
-        for output in request.outputs:
-            if output.name != OUTPUT:
-                raise invalid(f"unknown output {output.name!r}: model {MODEL!r} has {OUTPUT!r}")
-            counts[output.name] = kserve.class_count(output)
-        return counts

@@ -11,12 +11,10 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Protocol
 
 import grpc
 import numpy as np
-import numpy.typing as npt
 import tritonclient.grpc.aio as triton
 from tritonclient.utils import InferenceServerException
 
@@ -25,6 +23,7 @@ from inferline.imaging.decode import DecodeError, Geometry
 from inferline.imaging.streaming import read_chunks
 from inferline.imaging.video import CpuVideoReader, FrameChunk, Sampling, VideoLimits
 from inferline.server import channel_options
+from middleman.outputs import ClassifiedFrame
 from middleman.pipeline import TritonUpstream
 
 logger = logging.getLogger(__name__)
@@ -138,14 +137,6 @@ class RemoteFrames:
 
     async def close(self) -> None:
         await self.client.close()
-
-
-@dataclass(frozen=True)
-class ClassifiedFrame:
-    index: int
-    timestamp: float
-    probabilities: npt.NDArray[np.float32]  # [classes]
-    last: bool  # the video's last sampled frame
 
 
 class VideoClassifier:

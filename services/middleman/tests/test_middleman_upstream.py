@@ -1,30 +1,160 @@
+"""The two hops middleman calls, against real gRPC servers: a failure upstream keeps its status
+and its message names the hop (``inference at host:port``, ``preprocess at host:port``)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
 import grpc
 import numpy as np
 import pytest
 
 from inferline.errors import InferError
-from middleman.pipeline import TritonUpstream
+from inferline.imaging.decode import Limits
+from inferline_testing.ports import free_port
+from middleman.pipeline import RemotePreprocessor, TritonUpstream
+
+from .conftest import (
+    CROP,
+    REFUSAL,
+    REFUSED,
+    TRITON_INPUT,
+    TRITON_MODEL,
+    TRITON_OUTPUT,
+    Fake,
+    carries_deadline,
+)
+
+CODES = [
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.INTERNAL,
+]
+LIMITS = Limits(max_bytes=1024, max_pixels=40_000_000)
 
 
-def closed_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])  # closed again when the block ends
+def batch(n: int = 2) -> np.ndarray[tuple[int, ...], np.dtype[np.uint8]]:
+    return np.zeros((n, 3, CROP, CROP), np.uint8)
 
 
-async def test_unreachable_upstream_is_unavailable_naming_the_hop() -> None:
-    url = f"127.0.0.1:{closed_port()}"
-    upstream = TritonUpstream(url, "efficientnet_lite0", "INPUT", "PROBS")
+async def failure(call: Callable[[], Awaitable[object]]) -> InferError:
+    with pytest.raises(InferError) as caught:
+        await call()
+    return caught.value
+
+
+@pytest.mark.parametrize("code", CODES, ids=lambda c: c.name)
+async def test_an_inference_failure_keeps_its_status_and_names_the_hop(
+    fake_triton: Fake, code: grpc.StatusCode
+) -> None:
+    upstream = TritonUpstream(fake_triton.url, TRITON_MODEL, TRITON_INPUT, TRITON_OUTPUT)
     try:
-        assert not await upstream.ready(time_left=0.5)
-        with pytest.raises(InferError) as caught:
-            await upstream.infer(np.zeros((1, 3, 224, 224), np.uint8), time_left=0.5)
-        assert caught.value.code in (
-            grpc.StatusCode.UNAVAILABLE,
-            grpc.StatusCode.DEADLINE_EXCEEDED,
-        )
-        assert f"inference at {url}" in caught.value.message
+        fake_triton.servicer.failures.append(code)
+        error = await failure(lambda: upstream.infer(batch(), 5.0))
+        assert error.code == code
+        assert error.message == f"inference at {fake_triton.url}: fake upstream says {code.name}"
     finally:
         await upstream.close()
+
+
+async def test_inference_sends_its_timeout_as_the_calls_deadline(fake_triton: Fake) -> None:
+    upstream = TritonUpstream(fake_triton.url, TRITON_MODEL, TRITON_INPUT, TRITON_OUTPUT)
+    try:
+        probabilities = await upstream.infer(batch(3), 2.5)
+        np.testing.assert_array_equal(
+            probabilities, np.tile(fake_triton.servicer.probabilities, (3, 1))
+        )
+        (time_left,) = fake_triton.servicer.time_left
+        assert carries_deadline(time_left, 2.5)
+    finally:
+        await upstream.close()
+
+
+async def test_an_answer_without_the_output_is_internal_naming_the_hop(fake_triton: Fake) -> None:
+    upstream = TritonUpstream(fake_triton.url, TRITON_MODEL, TRITON_INPUT, "LOGITS")
+    try:
+        error = await failure(lambda: upstream.infer(batch(), 5.0))
+        assert error.code == grpc.StatusCode.INTERNAL
+        assert error.message == f"inference at {fake_triton.url} returned no 'LOGITS' for the batch"
+    finally:
+        await upstream.close()
+
+
+async def test_an_unreachable_upstream_is_unavailable_naming_the_hop() -> None:
+    url = f"127.0.0.1:{free_port()}"  # nothing listens there
+    upstream = TritonUpstream(url, TRITON_MODEL, TRITON_INPUT, TRITON_OUTPUT)
+    try:
+        assert not await upstream.ready(time_left=0.5)
+        error = await failure(lambda: upstream.infer(batch(), 0.5))
+        assert error.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+        assert error.message.startswith(f"inference at {url}: ")
+    finally:
+        await upstream.close()
+
+
+@pytest.mark.parametrize("code", CODES, ids=lambda c: c.name)
+async def test_a_preprocess_failure_keeps_its_status_and_names_the_hop(
+    fake_preprocess: Fake, code: grpc.StatusCode
+) -> None:
+    preprocess = RemotePreprocessor(fake_preprocess.url, LIMITS, CROP)
+    try:
+        fake_preprocess.servicer.failures.append(code)
+        error = await failure(lambda: preprocess([b"image"], 5.0))
+        assert error.code == code
+        assert error.message == (
+            f"preprocess at {fake_preprocess.url}: fake upstream says {code.name}"
+        )
+    finally:
+        await preprocess.close()
+
+
+async def test_preprocess_gets_its_deadline_and_returns_the_batch(fake_preprocess: Fake) -> None:
+    preprocess = RemotePreprocessor(fake_preprocess.url, LIMITS, CROP)
+    try:
+        tensors = await preprocess([b"one", b"two", b"three"], 2.5)
+        assert tensors.shape == (3, 3, CROP, CROP) and tensors.dtype == np.uint8
+        (time_left,) = fake_preprocess.servicer.time_left
+        assert carries_deadline(time_left, 2.5)
+    finally:
+        await preprocess.close()
+
+
+async def test_an_image_preprocess_refuses_is_invalid_argument_naming_it(
+    fake_preprocess: Fake,
+) -> None:
+    preprocess = RemotePreprocessor(fake_preprocess.url, LIMITS, CROP)
+    try:
+        error = await failure(lambda: preprocess([b"fine", REFUSED + b"!", b"fine"], 5.0))
+        assert error.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert error.message == f"image 1: {REFUSAL}"
+    finally:
+        await preprocess.close()
+
+
+async def test_an_oversized_image_is_refused_before_it_is_sent(fake_preprocess: Fake) -> None:
+    preprocess = RemotePreprocessor(fake_preprocess.url, LIMITS, CROP)
+    try:
+        too_big = b"\xff\xd8" + b"\x00" * LIMITS.max_bytes
+        error = await failure(lambda: preprocess([b"fine", too_big], 5.0))
+        assert error.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert error.message.startswith("image 1: ") and "max_bytes" in error.message
+        assert fake_preprocess.servicer.calls == []
+    finally:
+        await preprocess.close()
+
+
+async def test_tensors_of_another_crop_are_internal_naming_the_setting(
+    fake_preprocess: Fake,
+) -> None:
+    fake_preprocess.servicer.crop = CROP // 2
+    preprocess = RemotePreprocessor(fake_preprocess.url, LIMITS, CROP)
+    try:
+        error = await failure(lambda: preprocess([b"image"], 5.0))
+        assert error.code == grpc.StatusCode.INTERNAL
+        assert error.message.startswith(f"preprocess at {fake_preprocess.url} returned uint8")
+        assert "INFERLINE_MIDDLEMAN_CROP" in error.message
+    finally:
+        await preprocess.close()

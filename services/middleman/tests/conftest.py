@@ -1,0 +1,176 @@
+"""Fixtures: fake KServe v2 upstreams we control, and middleman in front of them, on port 0.
+
+A :class:`FakeUpstream` answers model ``preprocess`` as the preprocess service does (``TENSOR``
+zeros and ``ERRORS``, one message per refused image) and the Triton model as Triton does
+(``PROBS``: its own fixed distribution for every image). It records every call and the time
+left on its deadline, can hold calls at a gate, and fails the next calls with chosen codes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import grpc
+import numpy as np
+import numpy.typing as npt
+import pytest_asyncio
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from inferline import kserve
+from middleman import app
+from middleman.config import Config
+
+TRITON_MODEL, TRITON_INPUT, TRITON_OUTPUT = "fake_classifier", "INPUT", "PROBS"
+CLASSES = 1000
+CROP = 224
+REFUSED = b"REFUSE"  # the fake preprocess refuses an image that starts with this
+REFUSAL = "the fake preprocess refuses it"
+# A deadline arrives a little coarser than it was set: gRPC rounds a timeout up to the units
+# of its grpc-timeout header.
+ROUNDING_S = 0.1
+
+
+def carries_deadline(time_left: float | None, at_most: float) -> bool:
+    """Whether a call that arrived with ``time_left`` had a deadline of about ``at_most``."""
+    return time_left is not None and 0 < time_left <= at_most + ROUNDING_S
+
+
+class FakeUpstream(service_pb2_grpc.GRPCInferenceServiceServicer):
+    def __init__(self, seed: int = 0) -> None:
+        self.calls: list[service_pb2.ModelInferRequest] = []
+        self.time_left: list[float | None] = []
+        self.failures: list[grpc.StatusCode] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.crop = CROP  # of the tensors model preprocess returns
+        rng = np.random.default_rng(seed)
+        self.probabilities: npt.NDArray[np.float32] = rng.dirichlet(np.ones(CLASSES)).astype(
+            np.float32
+        )
+
+    async def ModelInfer(self, request: Any, context: Any) -> Any:
+        self.calls.append(request)
+        self.time_left.append(context.time_remaining())
+        await self.gate.wait()
+        if self.failures:
+            code = self.failures.pop(0)
+            await context.abort(code, f"fake upstream says {code.name}")
+        if request.model_name == "preprocess":
+            return self._preprocess(request)
+        if request.model_name == TRITON_MODEL:
+            return await self._classify(request, context)
+        await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown model {request.model_name!r}")
+
+    def _preprocess(self, request: Any) -> Any:
+        items = kserve.find_input(request, "IMAGE", "BYTES", "encoded images")
+        response = service_pb2.ModelInferResponse(model_name="preprocess", id=request.id)
+        shape = (len(items), 3, self.crop, self.crop)
+        kserve.add_output(response, "TENSOR", np.zeros(shape, np.uint8))
+        errors = [REFUSAL.encode() if bytes(i).startswith(REFUSED) else b"" for i in items]
+        kserve.add_output(response, "ERRORS", np.array(errors, dtype=np.object_))
+        return response
+
+    async def _classify(self, request: Any, context: Any) -> Any:
+        (tensor,) = request.inputs
+        expected = (TRITON_INPUT, "UINT8", [3, CROP, CROP])
+        if (tensor.name, tensor.datatype, list(tensor.shape[1:])) != expected:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unexpected input {tensor}")
+        rows = np.tile(self.probabilities, (tensor.shape[0], 1))
+        response = service_pb2.ModelInferResponse(model_name=TRITON_MODEL, id=request.id)
+        kserve.add_output(response, TRITON_OUTPUT, rows)
+        return response
+
+    async def ServerReady(self, request: Any, context: Any) -> Any:
+        return service_pb2.ServerReadyResponse(ready=True)
+
+    async def ModelReady(self, request: Any, context: Any) -> Any:
+        return service_pb2.ModelReadyResponse(ready=request.name in ("preprocess", TRITON_MODEL))
+
+
+@dataclass
+class Fake:
+    servicer: FakeUpstream
+    url: str
+
+
+@pytest_asyncio.fixture
+async def make_fake() -> AsyncIterator[Callable[[], Awaitable[Fake]]]:
+    """``await make_fake()``: a fresh fake upstream serving on a free port."""
+    servers: list[grpc.aio.Server] = []
+    fakes: list[FakeUpstream] = []
+
+    async def make() -> Fake:
+        fake = FakeUpstream(seed=len(fakes))
+        server = grpc.aio.server()
+        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(fake, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        servers.append(server)
+        fakes.append(fake)
+        return Fake(fake, f"127.0.0.1:{port}")
+
+    yield make
+    for fake in fakes:
+        fake.gate.set()  # let held calls finish
+    for server in servers:
+        await server.stop(None)
+
+
+@pytest_asyncio.fixture
+async def fake_triton(make_fake: Callable[[], Awaitable[Fake]]) -> Fake:
+    return await make_fake()
+
+
+@pytest_asyncio.fixture
+async def fake_preprocess(make_fake: Callable[[], Awaitable[Fake]]) -> Fake:
+    return await make_fake()
+
+
+BASE = Config(
+    host="127.0.0.1",
+    port=0,
+    metrics_port=0,
+    triton_model=TRITON_MODEL,
+    triton_input=TRITON_INPUT,
+    triton_output=TRITON_OUTPUT,
+    max_batch=4,
+    upstream_timeout_s=10.0,
+)
+
+MakeMiddleman = Callable[..., Awaitable[str]]
+
+
+@pytest_asyncio.fixture
+async def make_middleman(fake_triton: Fake, fake_preprocess: Fake) -> AsyncIterator[MakeMiddleman]:
+    """``await make_middleman(**config)``: middleman on port 0 in front of the two fakes (decoding
+    at ``fake_preprocess``, inference at ``fake_triton``); its address."""
+    running: list[app.Middleman] = []
+
+    async def make(**overrides: Any) -> str:
+        urls = {"triton_url": fake_triton.url, "preprocess_url": fake_preprocess.url}
+        middleman = await app.start(replace(BASE, **{**urls, **overrides}))
+        running.append(middleman)
+        return f"127.0.0.1:{middleman.port}"
+
+    yield make
+    for fake in (fake_triton, fake_preprocess):
+        fake.servicer.gate.set()
+    for middleman in running:
+        await middleman.stop(0)
+
+
+def bytes_request(
+    items: list[bytes],
+    name: str = "IMAGE",
+    shape: list[int] | None = None,
+    model: str = "classifier",
+) -> service_pb2.ModelInferRequest:
+    """A ModelInferRequest with one BYTES input, Triton's length-prefixed raw encoding."""
+    request = service_pb2.ModelInferRequest(model_name=model, id="request-1")
+    request.inputs.add(name=name, datatype="BYTES", shape=[len(items)] if shape is None else shape)
+    request.raw_input_contents.append(b"".join(struct.pack("<I", len(i)) + i for i in items))
+    return request
