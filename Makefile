@@ -89,7 +89,7 @@ bench-eds: setup ## control plane + Envoy: convergence, Envoy-hop latency, ADS f
 	$(PY) -m bench.bench_eds
 
 bench-batcher: setup ## batcher vs no batching vs Triton's own, on a SIMULATED GPU -> bench/results/batcher.json
-	$(PY) -m bench.bench_batcher $(BENCH_BATCHER_ARGS)
+	$(PY) -m bench.batcher $(BENCH_BATCHER_ARGS)
 
 clean: down ## remove generated files (the venv stays)
 	rm -rf .run build

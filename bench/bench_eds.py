@@ -38,7 +38,7 @@ from envoy_data_plane.envoy.service.discovery.v3 import (
 from rich.console import Console
 from rich.table import Table
 
-from bench.benchlib import write_result
+from bench.benchlib import ROOT, write_result
 from demo_client.client import open_clients
 from demo_client.load import LoadConfig, run_load
 from demo_client.stats import Recorder
@@ -55,9 +55,11 @@ from inferline_testing.harness import (
     Probe,
     ScaleUp,
     envoy_params,
+    flowing,
     load,
     percentile,
 )
+from inferline_testing.waits import wait_for_state
 
 console = Console()
 ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService/"
@@ -80,7 +82,7 @@ async def convergence(run: Path, events: int, concurrency: int) -> dict[str, Any
         await envoy.start_ready()
         await envoy_admin.wait_routable(envoy.admin, "triton", "127.0.0.1", first.port)
         async with load(envoy.listener("triton"), concurrency) as recorder:
-            await asyncio.sleep(1.0)
+            await flowing(recorder)
             while len(ups) < events:
                 while len(pool.replicas) < 4 and len(ups) < events:
                     probe, event = await pool.add()
@@ -92,7 +94,7 @@ async def convergence(run: Path, events: int, concurrency: int) -> dict[str, Any
                     )
                 while len(pool.replicas) > 1:
                     await pool.remove()
-            await asyncio.sleep(0.5)
+            await flowing(recorder)  # requests keep succeeding after the last scale-down
         summary = recorder.summary()
     finally:
         await pool.close()
@@ -207,27 +209,21 @@ class AckWatch:
 
     def __init__(self) -> None:
         self.acks: dict[str, list[float]] = {}
-        self.changed = asyncio.Event()
 
     def __call__(self, event: StreamEvent) -> None:
         if event.kind is Kind.ACK:
             self.acks.setdefault(event.version, []).append(time.monotonic())
-            self.changed.set()
+
+    def last_of(self, count: int) -> float:
+        """When the last ACK came of a version that ``count`` clients have ACKed; 0 while none
+        has."""
+        return next((max(t) for t in self.acks.values() if len(t) >= count), 0.0)
 
     async def until(self, count: int, timeout_s: float) -> float:
-        """Wait until one version has ``count`` ACKs; the time of the last one."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            for times in self.acks.values():
-                if len(times) >= count:
-                    return max(times)
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(
-                    f"no version has {count} ACKs: {[len(t) for t in self.acks.values()]}"
-                )
-            self.changed.clear()
-            await asyncio.wait_for(self.changed.wait(), remaining)
+        """Wait until one version has ``count`` ACKs; the time of the last one (as recorded
+        when it came, so the wait's polling does not add to it)."""
+        what = f"a version ACKed by {count} clients"
+        return await wait_for_state(lambda: self.last_of(count), timeout_s, what)
 
 
 async def fanout(clients: int, size: int, api: str) -> float:
@@ -242,8 +238,8 @@ async def fanout(clients: int, size: int, api: str) -> float:
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     worker = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--ads-worker", f"127.0.0.1:{port}",
-        "--clients", str(clients), "--api", api,
+        sys.executable, "-m", "bench.bench_eds", "--ads-worker", f"127.0.0.1:{port}",
+        "--clients", str(clients), "--api", api, cwd=ROOT,
     )  # fmt: skip
     try:
         await watch.until(clients, 60)  # everyone holds the first version

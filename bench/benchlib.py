@@ -1,4 +1,5 @@
-"""Shared by the benchmarks: the local stack on free ports, the demo client, result files."""
+"""Shared by the benchmarks: the local stack on free ports, the demo client, test photos as
+JPEGs, result files."""
 
 from __future__ import annotations
 
@@ -11,16 +12,31 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from inferline_stack.config import StackConfig
 from inferline_stack.health import wait_ready
 from inferline_stack.processes import ProcessTable
 from inferline_stack.stack import down, up
+from inferline_testing import media
 from inferline_testing.ports import config_on_free_ports, free_port
-
-__all__ = ["RESULTS", "ROOT", "demo_client", "free_port", "local_stack", "write_result"]
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
+PHOTOS = ("chelsea", "coffee", "astronaut", "rocket")  # scikit-image's bundled photos
+
+
+def jpegs(count: int, width: int, height: int, qualities: tuple[int, ...]) -> list[bytes]:
+    """``count`` JPEGs of real photos at ``width`` x ``height``: the photos round-robin, every
+    other round mirrored, the JPEG quality cycling through ``qualities``."""
+    out = []
+    for i in range(count):
+        rgb = media.photo_at(PHOTOS[i % len(PHOTOS)], width, height)
+        if (i // len(PHOTOS)) % 2:
+            rgb = rgb[:, ::-1]
+        quality = qualities[i % len(qualities)]
+        out.append(media.encode(np.ascontiguousarray(rgb), "JPEG", quality=quality))
+    return out
 
 
 @contextmanager

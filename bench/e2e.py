@@ -69,7 +69,7 @@ def main() -> None:
         demo_client(url, 3, args.concurrency)  # warm-up: connections, thread pools
         pipeline = demo_client(url, args.duration, args.concurrency)
     # The deployed shape for comparison: Envoy in front of every hop (the batcher is left out;
-    # bench_batcher.py measures it), decoding in middleman and then at the preprocess service.
+    # bench.batcher measures it), decoding in middleman and then at the preprocess service.
     stacks = {}
     for decode in ("inprocess", "service"):
         run_dir = Path(tempfile.mkdtemp(prefix="inferline-bench-"))

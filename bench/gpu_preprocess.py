@@ -25,6 +25,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from bench.benchlib import RESULTS, jpegs
 from inferline.imaging.decode import Geometry, Limits
 from inferline.imaging.video import Sampling, VideoLimits
 from inferline_testing import media
@@ -34,19 +35,7 @@ from preprocess.config import usable_cores
 from preprocess.dali import DaliImageBackend, DaliVideoBackend
 from preprocess.opencv import CpuVideoBackend, OpenCVBackend
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "gpu_preprocess.json"
-PHOTOS = ("chelsea", "coffee", "astronaut", "rocket")
 console = Console()
-
-
-def jpegs(count: int, width: int = 1920, height: int = 1080) -> list[bytes]:
-    out = []
-    for i in range(count):
-        rgb = media.photo_at(PHOTOS[i % len(PHOTOS)], width, height)
-        rgb = np.ascontiguousarray(rgb[:, ::-1] if (i // len(PHOTOS)) % 2 else rgb)
-        out.append(media.encode(rgb, "JPEG", quality=80 + (i % 4) * 5))
-    return out
 
 
 def gpu_name() -> str:
@@ -125,7 +114,7 @@ def main() -> int:
     parser.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
     parser.add_argument("--require-gpu", action="store_true", help="exit 2 instead of skipping")
     parser.add_argument("--no-video", action="store_true")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=RESULTS / "gpu_preprocess.json")
     args = parser.parse_args()
 
     machine = detect()
@@ -148,7 +137,7 @@ def main() -> int:
         geometry, limits, VideoLimits(), workers=cores, max_batch=args.batch,
         gpu_pipelines=args.pipelines,
     )  # fmt: skip
-    batch = jpegs(args.batch)
+    batch = jpegs(args.batch, 1920, 1080, qualities=(80, 85, 90, 95))
     console.print(
         f"[bold]DALI {'mixed (GPU)' if gpu else 'CPU'}[/]: {args.batch} x 1920x1080 JPEGs "
         f"({np.mean([len(b) for b in batch]) / 1024:.0f} KiB each), {cores} CPU cores, "

@@ -23,7 +23,6 @@ import asyncio
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,23 +36,22 @@ from typing import Any
 import cv2
 import grpc
 import numpy as np
-import tritonclient.grpc as triton
 from rich.console import Console
 from rich.table import Table
 from tritonclient.grpc import service_pb2
 
+from bench.benchlib import RESULTS, jpegs
 from inferline import kserve
 from inferline.imaging.decode import Geometry, Limits
 from inferline.server import channel_options
-from inferline_testing import media
+from inferline_stack.health import wait_ready
+from inferline_testing.ports import free_port
 from middleman.pipeline import InProcessPreprocessor, RemotePreprocessor
 from preprocess.choice import detect
 from preprocess.config import usable_cores
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "preprocess.json"
-PHOTOS = ("chelsea", "coffee", "astronaut", "rocket")
 SIZES = ((640, 480), (1920, 1080))
+START_TIMEOUT_S = 60.0
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 console = Console()
 
@@ -63,16 +61,7 @@ console = Console()
 
 def image_set(per_size: int) -> dict[str, list[bytes]]:
     """``per_size`` JPEGs per size: each photo, mirrored and at two qualities, round-robin."""
-    images: dict[str, list[bytes]] = {}
-    for width, height in SIZES:
-        batch = []
-        for i in range(per_size):
-            rgb = media.photo_at(PHOTOS[i % len(PHOTOS)], width, height)
-            if (i // len(PHOTOS)) % 2:
-                rgb = rgb[:, ::-1]
-            batch.append(media.encode(np.ascontiguousarray(rgb), "JPEG", quality=85 + 5 * (i % 2)))
-        images[f"{width}x{height}"] = batch
-    return images
+    return {f"{w}x{h}": jpegs(per_size, w, h, qualities=(85, 90)) for w, h in SIZES}
 
 
 # -- 1. the ceiling ---------------------------------------------------------------------------
@@ -122,12 +111,6 @@ def reduction(size: str) -> int:
 # -- 2. the service ---------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def service(backend: str, workers: int, max_batch: int) -> Iterator[tuple[str, int]]:
     """A ``python -m preprocess`` process; yields its address and pid once it is ready."""
@@ -148,26 +131,13 @@ def service(backend: str, workers: int, max_batch: int) -> Iterator[tuple[str, i
         )
         url = f"127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 60
-            while not ready(url):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    raise RuntimeError(
-                        f"preprocess ({backend}) did not start:\n{log.read().decode()}"
-                    )
-                time.sleep(0.1)  # poll interval between readiness RPCs
+            if not wait_ready(url, "preprocess", START_TIMEOUT_S, lambda: proc.poll() is None):
+                log.seek(0)
+                raise RuntimeError(f"preprocess ({backend}) did not start:\n{log.read().decode()}")
             yield url, proc.pid
         finally:
             proc.terminate()
             proc.wait(30)
-
-
-def ready(url: str) -> bool:
-    with triton.InferenceServerClient(url) as client:
-        try:
-            return bool(client.is_model_ready("preprocess", client_timeout=1))
-        except triton.InferenceServerException:
-            return False
 
 
 def cpu_seconds(pid: int) -> float:
@@ -290,7 +260,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=4, help="requests in flight")
     parser.add_argument("--calls", type=int, default=200, help="calls per latency measurement")
     parser.add_argument("--backends", default="", help="comma-separated (default: all available)")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=RESULTS / "preprocess.json")
     args = parser.parse_args()
 
     cv2.setNumThreads(1)  # as the service does: one core per worker, no hidden thread pool

@@ -1,17 +1,29 @@
-"""Closed-loop load: ``concurrency`` workers, each sending one request at a time."""
+"""Load on a KServe v2 endpoint, in one of two arrival modes.
+
+* closed loop (``LoadConfig.rate`` is ``None``): ``concurrency`` workers, each sending one
+  request at a time — throughput at a given number of requests in flight;
+* open loop (``rate`` requests/s): Poisson arrivals, each request its own task, whatever the
+  answers do — latency at a given offered load. At most ``concurrency`` requests are in flight;
+  an arrival that finds them all busy waits for one, and its latency counts from when it was due.
+
+What a request carries comes from a *request factory* (request number → :class:`InferRequest`):
+:func:`image_requests` (the default: encoded images in the classifier's ``IMAGE`` input) or
+:func:`tensor_requests` (one raw tensor, for a model that takes pixels).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from tritonclient.grpc.aio import InferInput, InferRequestedOutput
-from tritonclient.utils import InferenceServerException
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from demo_client.client import status_name
 from demo_client.stats import Recorder, Summary
@@ -24,7 +36,13 @@ OUTPUT_NAME = "PROBABILITIES"
 
 @dataclass(frozen=True)
 class LoadConfig:
-    """One run. It ends after ``duration_s`` seconds or ``count`` requests, whichever is first."""
+    """One run: ``warmup_s`` seconds of load that is sent but not recorded, then ``duration_s``
+    measured seconds or ``count`` requests in all (warm-up included), whichever ends first.
+
+    ``rate`` (requests/s) makes it an open loop, ``seed`` fixes its arrival times; ``concurrency``
+    is the number of workers of a closed loop and the most requests an open loop has in flight.
+    ``batch`` is the number of images per request when the run sends images.
+    """
 
     model: str = "classifier"
     concurrency: int = 8
@@ -32,6 +50,9 @@ class LoadConfig:
     timeout_s: float = 10.0
     duration_s: float | None = 30.0
     count: int | None = None
+    rate: float | None = None
+    seed: int | None = None
+    warmup_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("concurrency", "batch"):
@@ -45,6 +66,31 @@ class LoadConfig:
             raise ValueError("duration_s must be positive")
         if self.count is not None and self.count < 1:
             raise ValueError("count must be at least 1")
+        if self.rate is not None and not self.rate > 0:
+            raise ValueError("rate must be positive (or None for a closed loop)")
+        if not self.warmup_s >= 0:
+            raise ValueError("warmup_s must be 0 or more")
+
+
+@dataclass(frozen=True)
+class InferRequest:
+    """What one request carries: tritonclient ``InferInput``s, the ``InferRequestedOutput``s it
+    asks for, and how many items it counts — the first requested output must have that many
+    rows, or the request counts as ``BAD_RESPONSE``."""
+
+    inputs: Sequence[Any]
+    outputs: Sequence[Any]
+    items: int
+
+    def __post_init__(self) -> None:
+        if not self.outputs:
+            raise ValueError("a request asks for at least one output (the one checked)")
+        if self.items < 1:
+            raise ValueError("a request counts at least one item")
+
+
+RequestFactory = Callable[[int], InferRequest]
+"""Request number (0, 1, …) → what that request carries."""
 
 
 def make_inputs(images: Sequence[bytes]) -> list[Any]:
@@ -54,117 +100,237 @@ def make_inputs(images: Sequence[bytes]) -> list[Any]:
     return [tensor]
 
 
-class Requests:
-    """Hands out request numbers and the images of each request, cycling through the set.
+def image_requests(images: Sequence[bytes], batch: int = 1) -> RequestFactory:
+    """The classifier's requests: ``batch`` encoded images in ``IMAGE``, asking for
+    ``PROBABILITIES``; ``batch`` items each.
 
-    Request ``r`` carries images ``r*batch … r*batch+batch-1`` (mod the set size), so a
-    run's mix of images is the same whatever the concurrency. Inputs are serialised once
-    per distinct batch and reused.
+    Request ``r`` carries images ``r*batch … r*batch+batch-1`` (mod the set size), so a run's
+    mix of images is the same whatever the concurrency. Inputs are serialised once per distinct
+    batch and reused.
     """
+    if not images:
+        raise ValueError("no images to send")
+    if batch < 1:
+        raise ValueError("batch must be at least 1")
+    pool = list(images)
+    outputs = [InferRequestedOutput(OUTPUT_NAME)]
+    made: dict[int, InferRequest] = {}
 
-    def __init__(self, images: Sequence[bytes], batch: int, count: int | None) -> None:
-        if not images:
-            raise ValueError("no images to send")
-        self._images = list(images)
-        self._batch = batch
+    def request(number: int) -> InferRequest:
+        start = (number * batch) % len(pool)
+        found = made.get(start)
+        if found is None:
+            chosen = [pool[(start + i) % len(pool)] for i in range(batch)]
+            found = made[start] = InferRequest(make_inputs(chosen), outputs, batch)
+        return found
+
+    return request
+
+
+def tensor_requests(input_name: str, tensor: npt.NDArray[Any], output_name: str) -> RequestFactory:
+    """Every request carries ``tensor`` as ``input_name`` (datatype from its dtype, e.g. UINT8
+    ``[1, 3, 224, 224]`` for a model that takes pixels) and asks for ``output_name``; its first
+    dimension is the batch, the items counted."""
+    if tensor.ndim < 1 or tensor.shape[0] < 1:
+        raise ValueError("the tensor's first dimension is the batch: at least one item")
+    datatype = np_to_triton_dtype(tensor.dtype)
+    if datatype is None:
+        raise ValueError(f"no KServe datatype for {tensor.dtype}")
+    tensor_input = InferInput(input_name, list(tensor.shape), datatype)
+    tensor_input.set_data_from_numpy(tensor)
+    request = InferRequest([tensor_input], [InferRequestedOutput(output_name)], tensor.shape[0])
+    return lambda number: request
+
+
+class Requests:
+    """Numbers a run's requests and hands out what each carries, until ``count`` are out."""
+
+    def __init__(self, factory: RequestFactory, count: int | None = None) -> None:
+        self._factory = factory
         self._count = count
-        self._next = 0
-        self._inputs: dict[int, list[Any]] = {}
+        self.taken = 0  # requests handed out so far: the next one's number
 
-    def take(self) -> tuple[list[Any], int] | None:
-        """The next request's inputs and image count, or ``None`` once ``count`` are out."""
-        if self._count is not None and self._next >= self._count:
+    def take(self) -> InferRequest | None:
+        """The next request, or ``None`` once ``count`` are out."""
+        if self._count is not None and self.taken >= self._count:
             return None
-        start = (self._next * self._batch) % len(self._images)
-        self._next += 1
-        inputs = self._inputs.get(start)
-        if inputs is None:
-            n = len(self._images)
-            inputs = make_inputs([self._images[(start + i) % n] for i in range(self._batch)])
-            self._inputs[start] = inputs
-        return inputs, self._batch
+        number = self.taken
+        self.taken += 1
+        return self._factory(number)
 
 
-async def _send(client: Any, config: LoadConfig, inputs: list[Any], images: int) -> str | None:
-    """One request; ``None`` on success, else the status code name of its failure."""
+def poisson_arrivals(rate: float, seed: int | None = None) -> Iterator[float]:
+    """Arrival times (seconds from the start) of a Poisson process of ``rate`` per second;
+    the same ``seed`` gives the same times."""
+    rng = random.Random(seed)
+    at = 0.0
+    while True:
+        at += rng.expovariate(rate)
+        yield at
+
+
+async def send(client: Any, model: str, request: InferRequest, timeout_s: float) -> str | None:
+    """One request; ``None`` on success, else the status code name of its failure
+    (``BAD_RESPONSE``: the first requested output does not have ``request.items`` rows)."""
+    name = request.outputs[0].name()
     try:
         result = await client.infer(
-            config.model,
-            inputs,
-            outputs=[InferRequestedOutput(OUTPUT_NAME)],
-            client_timeout=config.timeout_s,
+            model, list(request.inputs), outputs=list(request.outputs), client_timeout=timeout_s
         )
-        output = result.as_numpy(OUTPUT_NAME)
+        output = result.as_numpy(name)
     except InferenceServerException as exc:
         logger.debug("request failed: %s", exc)
         return status_name(exc)
     except Exception:  # the run outlives any one request; the count shows it happened
         logger.debug("request failed in the client", exc_info=True)
         return "CLIENT_ERROR"
-    if output is None or output.ndim != 2 or output.shape[0] != images:
+    if output is None or output.ndim == 0 or output.shape[0] != request.items:
         logger.debug("bad response: %s", None if output is None else output.shape)
         return "BAD_RESPONSE"
     return None
 
 
-async def _worker(
-    client: Any,
-    config: LoadConfig,
-    requests: Requests,
-    recorder: Recorder,
-    deadline: float | None,
-) -> None:
+def _record(recorder: Recorder, latency_s: float, items: int, error: str | None) -> None:
+    if error is None:
+        recorder.record_ok(latency_s, items)
+    else:
+        recorder.record_error(error)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What a run's generators share."""
+
+    clients: Sequence[Any]
+    config: LoadConfig
+    requests: Requests
+    recorder: Recorder
+    measure_from: float  # loop time: requests sent (closed) or due (open) from here count
+    deadline: float | None  # loop time: none sent or due from here
+
+
+async def _worker(run: _Run, client: Any) -> None:
+    """Closed loop: one request at a time until the deadline or the count."""
     loop = asyncio.get_running_loop()
-    while deadline is None or loop.time() < deadline:
-        job = requests.take()
-        if job is None:
+    while run.deadline is None or loop.time() < run.deadline:
+        request = run.requests.take()
+        if request is None:
             return
-        inputs, images = job
-        started = time.perf_counter()
-        error = await _send(client, config, inputs, images)
-        if error is None:
-            recorder.record_ok(time.perf_counter() - started, images)
-        else:
-            recorder.record_error(error)
+        sent = loop.time()
+        error = await send(client, run.config.model, request, run.config.timeout_s)
+        if sent >= run.measure_from:
+            _record(run.recorder, loop.time() - sent, request.items, error)
+
+
+async def _arrivals(run: _Run, rate: float) -> None:
+    """Open loop: a task per arrival until the deadline or the count; then the ones in flight
+    finish (each bounded by its timeout)."""
+    loop = asyncio.get_running_loop()
+    slots = asyncio.Semaphore(run.config.concurrency)
+    in_flight: set[asyncio.Task[None]] = set()
+    failures: list[BaseException] = []
+
+    async def one(client: Any, request: InferRequest, due: float) -> None:
+        try:
+            error = await send(client, run.config.model, request, run.config.timeout_s)
+            if due >= run.measure_from:
+                _record(run.recorder, loop.time() - due, request.items, error)
+        finally:
+            slots.release()
+
+    def finished(task: asyncio.Task[None]) -> None:
+        in_flight.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            failures.append(error)
+
+    start = loop.time()
+    try:
+        for offset in poisson_arrivals(rate, run.config.seed):
+            due = start + offset
+            if run.deadline is not None and due >= run.deadline:
+                break
+            early = due - loop.time()
+            if early > 0:
+                await asyncio.sleep(early)
+            held = slots.locked()
+            await slots.acquire()
+            request = run.requests.take()
+            if request is None:
+                slots.release()
+                break
+            if (early <= 0 or held) and due >= run.measure_from:
+                run.recorder.record_late(loop.time() - due)
+            client = run.clients[(run.requests.taken - 1) % len(run.clients)]
+            task = asyncio.create_task(one(client, request, due))
+            in_flight.add(task)
+            task.add_done_callback(finished)
+            if failures:
+                break
+        if in_flight:
+            await asyncio.wait(set(in_flight))
+    finally:
+        for task in in_flight:
+            task.cancel()
+        if in_flight:
+            await asyncio.wait(set(in_flight))
+    if failures:
+        raise failures[0]  # a bug in the client, not a failed request
 
 
 async def run_load(
     clients: Sequence[Any],
     config: LoadConfig,
-    images: Sequence[bytes],
+    requests: Sequence[bytes] | RequestFactory,
     recorder: Recorder,
     stop: asyncio.Event | None = None,
 ) -> Summary:
-    """Run the load on ``clients`` (worker ``i`` uses ``clients[i % len]``); summarise it.
+    """Run the load on ``clients`` and summarise it.
 
-    Ends at the deadline or the count (requests in flight finish, bounded by their
-    timeout), or at once when ``stop`` is set (requests in flight are abandoned).
+    ``requests``: encoded images (the classifier's requests, ``config.batch`` images each: see
+    :func:`image_requests`) or a :data:`RequestFactory`. Closed-loop worker ``i`` uses
+    ``clients[i % len]``, open-loop request ``r`` ``clients[r % len]``.
+
+    The recorder measures from the end of the warm-up to the deadline: requests sent (closed
+    loop) or due (open loop) in that window are recorded, including those that finish after it,
+    so images/s is what was sent in the window over its length. The run ends at the deadline or
+    the count (requests in flight finish, bounded by their timeout), or at once when ``stop``
+    is set (requests in flight are abandoned).
     """
     if not clients:
         raise ValueError("no clients")
-    requests = Requests(images, config.batch, config.count)
+    factory = requests if callable(requests) else image_requests(requests, config.batch)
     loop = asyncio.get_running_loop()
-    recorder.start()
-    deadline = None if config.duration_s is None else loop.time() + config.duration_s
-    workers = [
-        asyncio.create_task(
-            _worker(clients[i % len(clients)], config, requests, recorder, deadline),
-            name=f"load-worker-{i}",
-        )
-        for i in range(config.concurrency)
-    ]
-    finished = asyncio.ensure_future(asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION))
+    measure_from = loop.time() + config.warmup_s
+    deadline = None if config.duration_s is None else measure_from + config.duration_s
+    run = _Run(clients, config, Requests(factory, config.count), recorder, measure_from, deadline)
+    timers: list[asyncio.TimerHandle] = []
+    if config.warmup_s:
+        timers.append(loop.call_at(measure_from, recorder.start))
+    else:
+        recorder.start()
+    if deadline is not None:
+        timers.append(loop.call_at(deadline, recorder.stop))
+    if config.rate is None:
+        generators = [
+            asyncio.create_task(_worker(run, clients[i % len(clients)]), name=f"load-worker-{i}")
+            for i in range(config.concurrency)
+        ]
+    else:
+        generators = [asyncio.create_task(_arrivals(run, config.rate), name="load-arrivals")]
+    finished = asyncio.ensure_future(asyncio.wait(generators, return_when=asyncio.FIRST_EXCEPTION))
     stopped = asyncio.ensure_future((stop or asyncio.Event()).wait())
     try:
         await asyncio.wait({finished, stopped}, return_when=asyncio.FIRST_COMPLETED)
     finally:
+        for timer in timers:
+            timer.cancel()
         recorder.stop()
         stopped.cancel()
-        for task in workers:
+        for task in generators:
             task.cancel()
-        await asyncio.wait(workers)
+        await asyncio.wait(generators)
         await finished
-    for task in workers:
+    for task in generators:
         if not task.cancelled() and (error := task.exception()) is not None:
-            raise error  # a bug in a worker, not a failed request
+            raise error  # a bug in the generator, not a failed request
     return recorder.summary()

@@ -89,6 +89,7 @@ class Recorder:
         self._clock = clock
         self._window = WindowRate(window_s)
         self._latencies = array("d")  # 8 bytes a request: long runs stay small
+        self._late = array("d")
         self._errors: Counter[str] = Counter()
         self._images = 0
         self._started: float | None = None
@@ -100,7 +101,8 @@ class Recorder:
             self._started = self._clock()
 
     def stop(self) -> None:
-        """Mark the end of the run; later summaries use this as their end time."""
+        """Mark the end of the run (of its measured window); later summaries use this as their
+        end time. Requests sent inside the window may still be recorded after it."""
         if self._stopped is None:
             self._stopped = self._clock()
 
@@ -115,6 +117,22 @@ class Recorder:
         """A failed request, by gRPC status code name (``UNAVAILABLE``, …)."""
         self.start()
         self._errors[code] += 1
+
+    def record_late(self, late_s: float) -> None:
+        """Open loop: a request went out ``late_s`` seconds after it was due (the generator
+        fell behind, or every slot for a request in flight was taken)."""
+        self._late.append(late_s)
+
+    @property
+    def late(self) -> int:
+        """Requests that went out after they were due."""
+        return len(self._late)
+
+    def lateness_ms(self, q: float) -> float | None:
+        """Percentile ``q`` (0..100) of how late the late requests went out, in milliseconds;
+        ``None`` when none was late."""
+        (value,) = percentiles_ms(self._late, (q,))
+        return value
 
     @property
     def images(self) -> int:

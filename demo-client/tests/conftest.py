@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import socket
+import math
 import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,11 +18,14 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 
 from demo_client.client import open_clients, wait_ready
+from inferline_testing.ports import free_port
 
 MODEL = "classifier"
+PIXELS = "pixels"  # takes one raw UINT8 tensor [N, ...], answers PROBS FP32 [N, CLASSES]
 CLASSES = 1000
 BAD = b"BAD"  # images starting with this are rejected with INVALID_ARGUMENT
 SLOW = b"SLOW"  # images starting with this never get an answer (the client times out)
+HOLD = b"HOLD"  # images starting with this are answered once ``release`` is set
 
 
 def probabilities(image: bytes) -> npt.NDArray[np.float32]:
@@ -38,12 +41,16 @@ class FakeKServe(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     BAD = BAD
     SLOW = SLOW
+    HOLD = HOLD
 
     def __init__(self) -> None:
         self.infer_calls = 0
         self.infer_seen = asyncio.Event()  # set by every ModelInfer call
         self.never = asyncio.Event()
+        self.release = asyncio.Event()  # answers the HOLD images
+        self.held = 0  # calls with a HOLD image so far (other tests' stray calls do not count)
         self.peers: set[str] = set()  # client addresses (one per connection)
+        self.pixels_seen: list[tuple[str, str, tuple[int, ...]]] = []  # (input, datatype, shape)
 
     async def ServerLive(self, request: Any, context: Any) -> Any:
         return service_pb2.ServerLiveResponse(live=True)
@@ -52,12 +59,14 @@ class FakeKServe(service_pb2_grpc.GRPCInferenceServiceServicer):
         return service_pb2.ServerReadyResponse(ready=True)
 
     async def ModelReady(self, request: Any, context: Any) -> Any:
-        return service_pb2.ModelReadyResponse(ready=request.name == MODEL)
+        return service_pb2.ModelReadyResponse(ready=request.name in (MODEL, PIXELS))
 
     async def ModelInfer(self, req: Any, context: Any) -> Any:
         self.infer_calls += 1
         self.infer_seen.set()
         self.peers.add(context.peer())
+        if req.model_name == PIXELS:
+            return await self.pixels(req, context)
         if req.model_name != MODEL:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown model {req.model_name}")
         names = [i.name for i in req.inputs]
@@ -66,6 +75,9 @@ class FakeKServe(service_pb2_grpc.GRPCInferenceServiceServicer):
         images = list(deserialize_bytes_tensor(req.raw_input_contents[0]))
         if any(image.startswith(SLOW) for image in images):
             await self.never.wait()
+        if any(image.startswith(HOLD) for image in images):
+            self.held += 1
+            await self.release.wait()
         bad = [i for i, image in enumerate(images) if image.startswith(BAD)]
         if bad:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"image {bad[0]} does not decode")
@@ -97,6 +109,21 @@ class FakeKServe(service_pb2_grpc.GRPCInferenceServiceServicer):
                 response.raw_output_contents.append(probs.tobytes())
         return response
 
+    async def pixels(self, req: Any, context: Any) -> Any:
+        """One raw UINT8 tensor in, ``[N, CLASSES]`` zeros out for each requested output."""
+        if len(req.inputs) != 1 or req.inputs[0].datatype != "UINT8":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "expected one UINT8 input")
+        tensor = req.inputs[0]
+        shape = tuple(int(d) for d in tensor.shape)
+        self.pixels_seen.append((tensor.name, tensor.datatype, shape))
+        if len(req.raw_input_contents[0]) != math.prod(shape):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "contents do not match shape")
+        response = service_pb2.ModelInferResponse(model_name=PIXELS, id=req.id)
+        for out in req.outputs:
+            response.outputs.add(name=out.name, datatype="FP32", shape=[shape[0], CLASSES])
+            response.raw_output_contents.append(np.zeros((shape[0], CLASSES), np.float32).tobytes())
+        return response
+
 
 @pytest.fixture(scope="session")
 async def fake() -> AsyncIterator[tuple[str, FakeKServe]]:
@@ -121,10 +148,7 @@ def target(fake: tuple[str, FakeKServe]) -> str:
 @pytest.fixture
 def unused_target() -> str:
     """host:port where nothing listens."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"127.0.0.1:{port}"
+    return f"127.0.0.1:{free_port()}"
 
 
 def write_image(path: Path, seed: int) -> Path:

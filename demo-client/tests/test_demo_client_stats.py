@@ -82,3 +82,13 @@ def test_summary_without_successes_is_json_ready() -> None:
 def test_window_must_be_positive() -> None:
     with pytest.raises(ValueError, match="window_s"):
         WindowRate(0)
+
+
+def test_lateness_is_a_percentile_of_the_late_requests_only() -> None:
+    recorder = Recorder()
+    assert recorder.late == 0 and recorder.lateness_ms(99) is None
+    for ms in range(1, 101):
+        recorder.record_late(ms / 1000)
+    assert recorder.late == 100
+    assert recorder.lateness_ms(50) == pytest.approx(50.5)
+    assert recorder.requests == 0  # lateness is not a request outcome
