@@ -8,13 +8,13 @@ from the demo client's generator (``demo_client.load``). Three parts, side by si
    batcher in front vs no batching anywhere (the replica runs each request as it comes);
 2. scale-out: N = 1, 2, 4 replicas behind the real Envoy as deployed (rendered from the one
    template: EDS clusters over ADS from the real control plane, ``python -m eds`` with the file
-   source; LEAST_REQUEST, health checks, outlier detection, retries, circuit breakers), open-loop
-   Poisson load at fractions of the replicas' capacity; the batcher before Envoy (replicas
-   without dynamic batching, ``max_inflight`` = N) vs Triton's own dynamic batcher at each
-   replica only (same ``max_queue_delay``, same ``max_batch_size``). Per point: mean batch at
-   the replicas and images per busy backend-second (both from Triton's per-execution
-   statistics: batch sizes and compute time) and the clients' p99 latency, beside what a
-   queueing model (``bench.batchsim``) predicts;
+   source; least request by full scan, health checks, outlier detection, retries, circuit
+   breakers), open-loop Poisson load at fractions of the replicas' capacity; the batcher before
+   Envoy (replicas without dynamic batching, ``max_inflight`` = N) vs Triton's own dynamic
+   batcher at each replica only (same ``max_queue_delay``, same ``max_batch_size``). Per point:
+   mean batch at the replicas and images per busy backend-second (both from Triton's
+   per-execution statistics: batch sizes and compute time) and the clients' p99 latency, beside what
+   a queueing model (``bench.batchsim``) predicts;
 3. added latency: p50 at concurrency 1 through the batcher (``max_queue_delay`` 0) minus p50
    straight to the replica, requests interleaved.
 

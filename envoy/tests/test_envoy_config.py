@@ -38,7 +38,10 @@ def test_the_local_config_has_four_hops_over_ads() -> None:
     clusters = by_name(config["static_resources"]["clusters"])
     assert set(clusters) == {"xds", "middleman", "preprocess", "batcher", "triton"}
     triton = clusters["triton"]
-    assert triton["type"] == "EDS" and triton["lb_policy"] == "LEAST_REQUEST"
+    assert triton["type"] == "EDS"
+    (policy,) = triton["load_balancing_policy"]["policies"]
+    assert policy["typed_extension_config"]["name"] == "envoy.load_balancing_policies.least_request"
+    assert policy["typed_extension_config"]["typed_config"]["selection_method"] == "FULL_SCAN"
     assert triton["eds_cluster_config"]["eds_config"]["ads"] == {}
     assert "http2_protocol_options" in str(triton["typed_extension_protocol_options"])
     assert triton["health_checks"][0]["grpc_health_check"] == {}

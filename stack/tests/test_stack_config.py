@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -10,7 +9,7 @@ import pytest
 from inferline.config import ConfigError, load
 from inferline_stack import services
 from inferline_stack.config import PORT_FIELDS, PREFIX, StackConfig
-from inferline_testing.ports import config_on_free_ports
+from inferline_testing.ports import bindable, config_on_free_ports
 
 
 def test_defaults_are_the_documented_ports() -> None:
@@ -117,15 +116,6 @@ def test_replica_names() -> None:
     assert services.parse_replica_name("triton-3") == ("triton", 3)
     assert services.parse_replica_name("triton") is None  # the old layout's name
     assert services.parse_replica_name("envoy-0") is None
-
-
-def bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def test_free_ports_leave_room_for_every_replica(tmp_path: Path) -> None:

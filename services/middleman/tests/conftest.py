@@ -29,14 +29,16 @@ CLASSES = 1000
 CROP = 224
 REFUSED = b"REFUSE"  # the fake preprocess refuses an image that starts with this
 REFUSAL = "the fake preprocess refuses it"
-# A deadline arrives a little coarser than it was set: gRPC rounds a timeout up to the units
-# of its grpc-timeout header.
+# A deadline arrives a little coarser than it was set: gRPC rounds a timeout up to a few
+# significant digits of its grpc-timeout header (60 s was seen to arrive as 60.2 s).
 ROUNDING_S = 0.1
+ROUNDING_RATIO = 0.01
 
 
 def carries_deadline(time_left: float | None, at_most: float) -> bool:
     """Whether a call that arrived with ``time_left`` had a deadline of about ``at_most``."""
-    return time_left is not None and 0 < time_left <= at_most + ROUNDING_S
+    slack = ROUNDING_S + ROUNDING_RATIO * at_most
+    return time_left is not None and 0 < time_left <= at_most + slack
 
 
 class FakeUpstream(service_pb2_grpc.GRPCInferenceServiceServicer):
