@@ -9,7 +9,9 @@ batch-mates.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -72,3 +74,27 @@ def split(count: int, parts: int) -> list[tuple[int, int]]:
         bounds.append((start, stop))
         start = stop
     return bounds
+
+
+DecodePart = Callable[["Decoded", Sequence[bytes], int, int], None]
+"""Decodes ``images[start:stop]`` into a batch's result (blocking; on a worker thread)."""
+
+
+async def decode_in_parts(
+    images: Sequence[bytes],
+    geometry: Geometry,
+    parts: int,
+    executor: ThreadPoolExecutor,
+    decode_part: DecodePart,
+) -> Decoded:
+    """``images`` cut into at most ``parts`` slices, each decoded on ``executor`` at once:
+    one wake-up of the event loop per slice, not per image."""
+    out = Decoded.empty(len(images), geometry)
+    loop = asyncio.get_running_loop()
+    await asyncio.gather(
+        *(
+            loop.run_in_executor(executor, decode_part, out, images, start, stop)
+            for start, stop in split(len(images), parts)
+        )
+    )
+    return out

@@ -17,7 +17,6 @@ bad input cheaply.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import queue
@@ -42,7 +41,7 @@ from inferline.imaging.video import (
     VideoLimits,
     probe_video,
 )
-from preprocess.backends import BackendSettings, Decoded, split
+from preprocess.backends import BackendSettings, Decoded, decode_in_parts
 from preprocess.opencv import CpuVideoBackend
 
 logger = logging.getLogger(__name__)
@@ -206,15 +205,9 @@ class DaliImageBackend:
         )
 
     async def decode(self, images: Sequence[bytes]) -> Decoded:
-        out = Decoded.empty(len(images), self.geometry)
-        loop = asyncio.get_running_loop()
-        await asyncio.gather(
-            *(
-                loop.run_in_executor(self.executor, self.decode_part, out, images, start, stop)
-                for start, stop in split(len(images), self._parts)
-            )
+        return await decode_in_parts(
+            images, self.geometry, self._parts, self.executor, self.decode_part
         )
-        return out
 
     def decode_part(self, out: Decoded, images: Sequence[bytes], start: int, stop: int) -> None:
         """Decode ``images[start:stop]`` into ``out`` (blocking; on a worker thread)."""

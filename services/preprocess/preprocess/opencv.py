@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from inferline.imaging.decode import DecodeError, Geometry, Limits, decode_image
 from inferline.imaging.streaming import VideoReader
 from inferline.imaging.video import CpuVideoReader, Sampling, VideoLimits
-from preprocess.backends import Decoded, split
+from preprocess.backends import Decoded, decode_in_parts
 
 
 class OpenCVBackend:
@@ -30,15 +29,9 @@ class OpenCVBackend:
                 out.errors[index] = exc
 
     async def decode(self, images: Sequence[bytes]) -> Decoded:
-        out = Decoded.empty(len(images), self.geometry)
-        loop = asyncio.get_running_loop()
-        await asyncio.gather(
-            *(
-                loop.run_in_executor(self.executor, self._decode_part, out, images, start, stop)
-                for start, stop in split(len(images), self.workers)
-            )
+        return await decode_in_parts(
+            images, self.geometry, self.workers, self.executor, self._decode_part
         )
-        return out
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
