@@ -5,15 +5,25 @@ Names follow ``inferline_<service>_<thing>_<unit>``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.registry import CollectorRegistry
 
 logger = logging.getLogger(__name__)
@@ -45,44 +55,149 @@ async def start_metrics_server(
     return runner, bound
 
 
+@dataclass(frozen=True)
+class RpcCollectors:
+    """A service's per-RPC metrics (``inferline_<service>_grpc_*``)."""
+
+    requests: Counter  # method, model, code
+    duration: Histogram  # method, model
+    inflight: Gauge  # method
+    received: Counter  # method, model: request bytes as on the wire
+    sent: Counter  # method, model: response bytes as on the wire
+
+
 @functools.cache
-def _rpc_collectors(service: str) -> tuple[Counter, Histogram]:
+def rpc_collectors(service: str) -> RpcCollectors:
     """One set of RPC collectors per service name, however many servers a process starts."""
-    requests = Counter(
-        f"inferline_{service}_grpc_requests_total",
-        "gRPC requests handled, by method and status code",
-        ["method", "code"],
+    prefix = f"inferline_{service}_grpc"
+    return RpcCollectors(
+        requests=Counter(
+            f"{prefix}_requests_total",
+            "gRPC requests handled, by method, model and status code",
+            ["method", "model", "code"],
+        ),
+        duration=Histogram(
+            f"{prefix}_request_duration_seconds",
+            "gRPC request handling time, by method and model",
+            ["method", "model"],
+            buckets=LATENCY_BUCKETS,
+        ),
+        inflight=Gauge(f"{prefix}_inflight_requests", "gRPC requests being handled", ["method"]),
+        received=Counter(
+            f"{prefix}_received_bytes_total",
+            "Request message bytes received, by method and model",
+            ["method", "model"],
+        ),
+        sent=Counter(
+            f"{prefix}_sent_bytes_total",
+            "Response message bytes sent, by method and model",
+            ["method", "model"],
+        ),
     )
-    duration = Histogram(
-        f"inferline_{service}_grpc_request_duration_seconds",
-        "gRPC request handling time, by method",
-        ["method"],
-        buckets=LATENCY_BUCKETS,
-    )
-    return requests, duration
+
+
+def model_of(message: Any) -> str:
+    """The KServe model a request or response names (``model_name``, ``name`` or a config's
+    ``name``); ``""`` for a message that names none (server-level RPCs, xDS)."""
+    for field in ("model_name", "name"):
+        value = getattr(message, field, None)
+        if isinstance(value, str):
+            return value
+    config = getattr(message, "config", None)
+    value = getattr(config, "name", None)
+    return value if isinstance(value, str) else ""
+
+
+@dataclass
+class _Call:
+    """What one RPC has received so far: bytes, and the model its first message named."""
+
+    received: int = 0
+    model: str | None = None
+
+
+# The RPC running in this task. gRPC deserialises a request, runs the handler and serialises
+# the response within the RPC's own task, so the (de)serialisers and the handler share it.
+_CALL: ContextVar[_Call | None] = ContextVar("inferline_rpc_call", default=None)
+
+
+def _current_call() -> _Call:
+    call = _CALL.get()
+    if call is None:
+        call = _Call()
+        _CALL.set(call)
+    return call
+
+
+def name_model(model: str) -> None:
+    """Name the model of the RPC being handled, for a handler that takes raw bytes (whose
+    messages the interceptor cannot read: the batcher's)."""
+    _current_call().model = model
+
+
+def _status(context: grpc.aio.ServicerContext[Any, Any], error: BaseException | None) -> str:
+    code = context.code()
+    if code is None:
+        code = grpc.StatusCode.UNKNOWN if error is not None else grpc.StatusCode.OK
+    if isinstance(code, int):  # grpc.aio reports codes set by abort() as ints
+        code = next((c for c in grpc.StatusCode if c.value[0] == code), grpc.StatusCode.UNKNOWN)
+    return str(code.name)
 
 
 class RpcMetrics(grpc.aio.ServerInterceptor):
-    """Counts and times every RPC a server handles, labelled by method and status code."""
+    """Counts, times and measures every RPC a server handles (health checks and reflection
+    excepted): requests by method, model and status code, duration, requests in flight, and
+    the bytes of request and response messages as they cross the wire.
+
+    A call's model is the one its first request names. It becomes a label only once the server
+    has answered for it: a call answered NOT_FOUND is counted under ``model=""``, so a client
+    cannot create series with made-up model names.
+    """
 
     def __init__(self, service: str) -> None:
-        self.requests, self.duration = _rpc_collectors(service)
+        self.collectors = rpc_collectors(service)
 
-    def _observe(
-        self,
-        method: str,
-        start: float,
-        context: grpc.aio.ServicerContext[Any, Any],
-        error: BaseException | None,
-    ) -> None:
-        code = context.code()
-        if code is None:
-            code = grpc.StatusCode.UNKNOWN if error is not None else grpc.StatusCode.OK
-        if isinstance(code, int):  # grpc.aio reports codes set by abort() as ints
-            code = next((c for c in grpc.StatusCode if c.value[0] == code), grpc.StatusCode.UNKNOWN)
-        name = method.rsplit("/", 1)[-1]
-        self.requests.labels(name, code.name).inc()
-        self.duration.labels(name).observe(time.perf_counter() - start)
+    def _deserializer(self, deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]:
+        def counted(data: bytes) -> Any:
+            message = deserialize(data) if deserialize is not None else data
+            call = _current_call()
+            call.received += len(data)
+            if call.model is None:
+                call.model = model_of(message)
+            return message
+
+        return counted
+
+    def _serializer(
+        self, method: str, serialize: Callable[[Any], bytes] | None
+    ) -> Callable[[Any], bytes]:
+        def counted(message: Any) -> bytes:
+            data = serialize(message) if serialize is not None else message
+            call = _CALL.get()
+            model = call.model if call is not None and call.model is not None else ""
+            self.collectors.sent.labels(method, model or model_of(message)).inc(len(data))
+            return bytes(data)
+
+        return counted
+
+    @contextlib.contextmanager
+    def _observed(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> Iterator[None]:
+        call = _current_call()
+        inflight = self.collectors.inflight.labels(method)
+        inflight.inc()
+        start, error = time.perf_counter(), None
+        try:
+            yield
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            inflight.dec()
+            code = _status(context, error)
+            model = "" if code == "NOT_FOUND" else (call.model or "")
+            self.collectors.requests.labels(method, model, code).inc()
+            self.collectors.duration.labels(method, model).observe(time.perf_counter() - start)
+            self.collectors.received.labels(method, model).inc(call.received)
 
     async def intercept_service(
         self,
@@ -90,42 +205,29 @@ class RpcMetrics(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None or method.startswith("/grpc.health") or "Reflection" in method:
+        path = handler_call_details.method
+        if handler is None or path.startswith("/grpc.health") or "Reflection" in path:
             return handler
+        method = path.rsplit("/", 1)[-1]
+        deserialize = self._deserializer(handler.request_deserializer)
+        serialize = self._serializer(method, handler.response_serializer)
         if handler.unary_unary is not None:
             inner_uu = handler.unary_unary
 
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-                start, error = time.perf_counter(), None
-                try:
+                with self._observed(method, context):
                     return await inner_uu(request, context)
-                except BaseException as exc:
-                    error = exc
-                    raise
-                finally:
-                    self._observe(method, start, context, error)
 
-            return grpc.unary_unary_rpc_method_handler(
-                unary_unary, handler.request_deserializer, handler.response_serializer
-            )
+            return grpc.unary_unary_rpc_method_handler(unary_unary, deserialize, serialize)
         if handler.stream_stream is not None:
             inner_ss = handler.stream_stream
 
             async def stream_stream(
                 requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
             ) -> AsyncIterator[Any]:
-                start, error = time.perf_counter(), None
-                try:
+                with self._observed(method, context):
                     async for response in inner_ss(requests, context):
                         yield response
-                except BaseException as exc:
-                    error = exc
-                    raise
-                finally:
-                    self._observe(method, start, context, error)
 
-            return grpc.stream_stream_rpc_method_handler(
-                stream_stream, handler.request_deserializer, handler.response_serializer
-            )
-        return handler
+            return grpc.stream_stream_rpc_method_handler(stream_stream, deserialize, serialize)
+        return handler  # unary-stream and stream-unary: no RPC of this project's has them

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from eds import metrics
 from eds.cache import EndpointCache
 from eds.config import PREFIX, Config
 from eds.metrics import CacheMetrics
@@ -114,6 +115,7 @@ async def make_source(
 async def start(config: Config) -> Eds:
     cache = EndpointCache(config.service_names)
     cache.subscribe(CacheMetrics(cache).update)
+    metrics.declare(config.source)
     closers: list[Callable[[], Awaitable[object]]] = []
     source = await make_source(config, cache, closers)  # a bad configuration fails here
     xds = XdsServer(SnapshotBuilder(cache))

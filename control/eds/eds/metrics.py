@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 
 from eds.cache import EndpointCache, Health
-from eds.resources import short_name
+from eds.resources import TYPES, short_name
 from eds.streams import Kind, StreamEvent
 from inferline.metrics import LATENCY_BUCKETS
 
@@ -58,6 +58,19 @@ SOURCE_ERRORS = Counter(
     "Discovery source failures (unreadable file, API errors); the last good state stays",
     ["source"],
 )
+
+
+def declare(source: str) -> None:
+    """Create every counter's series at 0 for the resource types served and the ``source``:
+    a rate or an alert over them then sees the first NACK, not just the ones after it."""
+    for type_url in TYPES:
+        kind = short_name(type_url)
+        ACKS.labels(kind)
+        NACKS.labels(kind)
+        for reason in ("change", "request"):
+            PUSHES.labels(kind, reason)
+    SOURCE_UPDATES.labels(source)
+    SOURCE_ERRORS.labels(source)
 
 
 def observe_event(event: StreamEvent) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from batcher import metrics
 from batcher.config import Config
 from batcher.scheduler import Batchers, InFlight, Settings
 from batcher.service import BatcherService
@@ -41,6 +42,7 @@ def build(config: Config) -> BatcherService:
         default_timeout_s=config.upstream_timeout_s,
     )
     batchers = Batchers(upstream, settings, InFlight(config.max_inflight))
+    metrics.QUEUE_CAPACITY.set(config.max_queue)
     return BatcherService(upstream, batchers, config.upstream_timeout_s)
 
 

@@ -38,7 +38,10 @@ QUEUE_DEPTH = Gauge(
 IN_FLIGHT = Gauge(
     "inferline_batcher_inflight_batches", "Batches sent upstream, not yet answered", ["model"]
 )
-REQUESTS = Counter("inferline_batcher_requests_total", "ModelInfer requests received", ["model"])
+QUEUE_CAPACITY = Gauge(
+    "inferline_batcher_queue_capacity_requests",
+    "Requests a model's queue holds before refusing (the configured MAX_QUEUE)",
+)
 REJECTED = Counter(
     "inferline_batcher_rejected_requests_total",
     "Requests refused with RESOURCE_EXHAUSTED because the model's queue was full",
@@ -77,7 +80,6 @@ class ModelMetrics:
         self.upstream_duration = UPSTREAM_DURATION.labels(model)
         self.queue_depth = QUEUE_DEPTH.labels(model)
         self.in_flight = IN_FLIGHT.labels(model)
-        self.requests = REQUESTS.labels(model)
         self.rejected = REJECTED.labels(model)
         self.expired = EXPIRED.labels(model)
         self.cancelled = CANCELLED.labels(model)

@@ -116,7 +116,6 @@ class ModelBatcher:
 
     async def infer(self, request: Request, raw: bytes, deadline: float | None) -> bytes:
         """The serialized answer to ``request`` (``raw`` is how it arrived); raises InferError."""
-        self.metrics.requests.inc()
         now = self._loop.time()
         if deadline is not None and deadline <= now:
             self.metrics.expired.inc()

@@ -19,6 +19,7 @@ from tritonclient.grpc import service_pb2
 from batcher.scheduler import Batchers
 from batcher.upstream import SERVICE, Upstream
 from inferline.errors import InferError, from_upstream, grpc_boundary, invalid
+from inferline.metrics import name_model
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ class BatcherService:
             request = service_pb2.ModelInferRequest.FromString(raw)
         except DecodeError:
             raise invalid("ModelInfer: the request is not a valid ModelInferRequest") from None
+        name_model(request.model_name)
         loop = asyncio.get_running_loop()
         remaining = context.time_remaining()
         deadline = None if remaining is None else loop.time() + remaining

@@ -47,7 +47,9 @@ async def test_runs_serves_metrics_and_stops_on_sigterm() -> None:
             text = await response.text()
         assert 'inferline_batcher_batch_size_items_count{model="echo"} 1.0' in text
         assert "inferline_batcher_queue_depth_requests" in text
-        assert 'inferline_batcher_grpc_requests_total{code="OK",method="ModelInfer"}' in text
+        ok = '{code="OK",method="ModelInfer",model="echo"}'
+        assert f"inferline_batcher_grpc_requests_total{ok}" in text
+        assert "inferline_batcher_queue_capacity_requests 1024.0" in text
         process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(process.wait(), 20) == 0
         assert process.stderr is not None

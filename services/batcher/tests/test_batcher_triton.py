@@ -143,7 +143,7 @@ async def classify(
 
 
 def ok_rpcs() -> float:
-    labels = {"method": "ModelInfer", "code": "OK"}
+    labels = {"method": "ModelInfer", "model": MODEL, "code": "OK"}
     return REGISTRY.get_sample_value("inferline_batcher_grpc_requests_total", labels) or 0.0
 
 

@@ -29,8 +29,8 @@ IMAGES = Counter("inferline_middleman_images_total", "Images classified", ["mode
 FRAMES = Counter("inferline_middleman_frames_total", "Video frames classified", ["model"])
 STAGE_SECONDS = Histogram(
     "inferline_middleman_stage_duration_seconds",
-    "Time spent in each stage of a request",
-    ["stage"],
+    "Time spent in each stage of a request: decode, infer, postprocess",
+    ["model", "stage"],
     buckets=LATENCY_BUCKETS,
 )
 
@@ -95,9 +95,9 @@ class ClassifierService(KServeServicer):
         probabilities = await self.upstream.infer(batch, budget.left())
         inferred = time.perf_counter()
         response = outputs.classifier_response(request.id, counts, probabilities, self.labels)
-        STAGE_SECONDS.labels("decode").observe(decoded - start)
-        STAGE_SECONDS.labels("infer").observe(inferred - decoded)
-        STAGE_SECONDS.labels("postprocess").observe(time.perf_counter() - inferred)
+        STAGE_SECONDS.labels(MODEL, "decode").observe(decoded - start)
+        STAGE_SECONDS.labels(MODEL, "infer").observe(inferred - decoded)
+        STAGE_SECONDS.labels(MODEL, "postprocess").observe(time.perf_counter() - inferred)
         IMAGES.labels(MODEL).inc(len(images))
         return response
 

@@ -190,7 +190,7 @@ async def test_classification_strings_are_the_upstreams_top_k_with_labels(
 
 def stage_count(stage: str) -> float:
     name = "inferline_middleman_stage_duration_seconds_count"
-    return REGISTRY.get_sample_value(name, {"stage": stage}) or 0.0
+    return REGISTRY.get_sample_value(name, {"model": "classifier", "stage": stage}) or 0.0
 
 
 async def test_every_stage_of_a_request_is_timed(make_middleman: MakeMiddleman) -> None:
