@@ -15,7 +15,7 @@ BENCH_BATCHER_ARGS ?=
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup model up down status scale demo test lint check-packages format bench bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher clean
+.PHONY: help setup model up down status scale demo grafana test lint check-packages format bench bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher clean
 
 help: ## list the targets
 	@echo "inferline — scale-out inference pipeline (see README.md)"
@@ -33,6 +33,8 @@ $(STAMP): constraints.txt requirements-dev.txt $(addsuffix /pyproject.toml,$(DIS
 
 setup: $(STAMP) ## create .venv with the pinned versions (idempotent, fast when nothing changed)
 	@$(PY) -m demo_client.samples .run/samples >/dev/null
+	@command -v prometheus >/dev/null || echo "optional: 'sudo apt-get install prometheus' (Debian's package) \
+	and the stack scrapes every process; the dashboards' tests need it too"
 
 model: setup ## export EfficientNet-Lite0 to ONNX and write the Triton model repository (cached)
 	@$(PY) -m inferline_models --repository $(MODEL_REPOSITORY)
@@ -55,10 +57,26 @@ demo: up ## the whole pipeline (Envoy, batcher, Triton) plus the live demo clien
 	@$(PY) -m demo_client --duration $(DURATION) --concurrency $(CONCURRENCY)
 	@echo "the stack keeps running: 'make status' shows it, 'make scale SERVICE=triton REPLICAS=2' adds a backend, 'make down' stops it"
 
+GRAFANA_IMAGE ?= grafana/grafana:11.6.0
+GRAFANA_PORT ?= 3000
+PROMETHEUS_URL ?= http://127.0.0.1:9090
+
+grafana: ## Grafana (official container) on :3000 with inferline's dashboards, reading the stack's Prometheus
+	@engine=$$(command -v docker || command -v podman) || { echo "make grafana needs docker or podman; \
+	install one, or import grafana/dashboards/*.json into your own Grafana (datasource: $(PROMETHEUS_URL))" >&2; exit 2; }; \
+	$$engine info >/dev/null 2>&1 || { echo "$$engine is installed but its engine does not answer \
+	($$engine info fails): start it, or import grafana/dashboards/*.json into your own Grafana" >&2; exit 2; }; \
+	echo "Grafana: http://127.0.0.1:$(GRAFANA_PORT) (admin/admin); dashboards in folder inferline"; \
+	exec $$engine run --rm --network host --name inferline-grafana \
+		-e GF_SERVER_HTTP_PORT=$(GRAFANA_PORT) -e PROMETHEUS_URL=$(PROMETHEUS_URL) \
+		-v $(CURDIR)/grafana/provisioning:/etc/grafana/provisioning:ro \
+		-v $(CURDIR)/grafana/dashboards:/etc/grafana/dashboards/inferline:ro \
+		$(GRAFANA_IMAGE)
+
 test: model ## run every test (unit, service and end-to-end through the real Triton server)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-TEST_DIRS := $(wildcard $(addsuffix /tests,$(DISTRIBUTIONS)))
+TEST_DIRS := $(wildcard $(addsuffix /tests,$(DISTRIBUTIONS) grafana))
 
 lint: setup ## ruff (lint, format), mypy (code and every tests/ folder), import-linter (boundaries)
 	$(PY) -m ruff check .
@@ -66,6 +84,8 @@ lint: setup ## ruff (lint, format), mypy (code and every tests/ folder), import-
 	$(PY) -m mypy
 	@for dir in $(TEST_DIRS); do echo "mypy $$dir"; $(PY) -m mypy $$dir || exit 1; done
 	$(VENV)/bin/lint-imports
+	@if command -v promtool >/dev/null; then promtool check config --syntax-only grafana/prometheus/prometheus.yml \
+		&& promtool check rules grafana/rules/*.yml; else echo "promtool not installed: rules not checked"; fi
 
 check-packages: setup ## install each deployable alone into a fresh venv and start it (a few minutes)
 	$(PY) tools/check_packages.py

@@ -53,7 +53,10 @@ def stack(
 ) -> Iterator[StackConfig]:
     """The real stack as processes on free ports; ``public_port`` is Envoy's public listener."""
     config = config_on_free_ports(
-        tmp_path_factory.mktemp("run"), model_repository=str(model_repository)
+        tmp_path_factory.mktemp("run"),
+        model_repository=str(model_repository),
+        prometheus_config=str(ROOT / "grafana" / "prometheus" / "prometheus.yml"),
+        scrape_interval_s=1.0,  # series within a second or two of load
     )
     table = ProcessTable(Path(config.run_dir))
     if up(config, table) != 0:

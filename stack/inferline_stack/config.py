@@ -30,7 +30,7 @@ PORT_FIELDS = (
     "public_port", "preprocess_listener_port", "batcher_listener_port", "triton_listener_port",
     "envoy_admin_port", "middleman_port", "middleman_metrics_port", "preprocess_port",
     "preprocess_metrics_port", "batcher_port", "batcher_metrics_port", "triton_grpc_port",
-    "triton_http_port", "triton_metrics_port", "eds_port", "eds_metrics_port",
+    "triton_http_port", "triton_metrics_port", "eds_port", "eds_metrics_port", "prometheus_port",
 )  # fmt: skip
 # Which base ports each service's replicas step from (the others are fixed, one process each).
 REPLICA_PORT_FIELDS = {
@@ -76,6 +76,12 @@ class StackConfig:
     batcher: bool = True
     # True: the batcher balances over Triton itself (gRPC's xDS client, xds:///triton).
     proxyless: bool = False
+    # Prometheus scraping every process, when the `prometheus` binary is installed (Debian's
+    # package); the stack runs without it all the same. Its data lives under run_dir.
+    prometheus: bool = True
+    prometheus_port: int = 9090
+    prometheus_config: str = "grafana/prometheus/prometheus.yml"
+    scrape_interval_s: float = 5.0
     start_timeout_s: float = 180.0
     stop_grace_s: float = 20.0
 
@@ -100,6 +106,7 @@ class StackConfig:
             "proxyless",
             "proxyless gRPC is how the batcher reaches Triton: it needs batcher=true",
         )
+        require(self.scrape_interval_s > 0, PREFIX, "scrape_interval_s", "must be positive")
         require(self.start_timeout_s > 0, PREFIX, "start_timeout_s", "must be positive")
         require(self.stop_grace_s >= 0, PREFIX, "stop_grace_s", "must not be negative")
 
@@ -125,6 +132,10 @@ class StackConfig:
     @property
     def admin_url(self) -> str:
         return f"http://127.0.0.1:{self.envoy_admin_port}"
+
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://127.0.0.1:{self.prometheus_port}"
 
     def listener(self, cluster: str) -> str:
         return f"127.0.0.1:{dict(self.listeners)[cluster]}"

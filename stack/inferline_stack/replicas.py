@@ -14,7 +14,7 @@ from pathlib import Path
 
 from eds.sources import endpoints_file
 from inferline_envoy import admin as envoy_admin
-from inferline_stack import scaling
+from inferline_stack import prometheus, scaling, services
 from inferline_stack.config import MAX_REPLICAS, StackConfig
 from inferline_stack.health import wait_until
 from inferline_stack.processes import ProcessTable, alive
@@ -79,6 +79,7 @@ def add(config: StackConfig, table: ProcessTable, service: Service) -> None:
         endpoints_file.remove_endpoint(endpoints_path(config), service.cluster, HOST, service.port)
         table.stop(service.name, config.stop_grace_s)
         raise
+    track(config, table)
     console.print(
         f"[green]✓[/] {service.name} ready at {service.address} ({took:.1f}s); "
         f"Envoy routes to it after {routed:.2f}s"
@@ -104,6 +105,7 @@ def drain(config: StackConfig, table: ProcessTable, service: Service) -> None:
 
     if not in_endpoints_file(config, service):  # no endpoints file, or not in it: just stop
         stop()
+        track(config, table)
         console.print(f"stopped {service.name} (it was not in {endpoints_path(config)})")
         return
     with console.status(f"draining {service.name} …"):
@@ -116,6 +118,7 @@ def drain(config: StackConfig, table: ProcessTable, service: Service) -> None:
             stop,
             DRAIN_TIMEOUT_S,
         )
+    track(config, table)
     took, drained_after = time.monotonic() - start, stopping[0] - start
     if drained:
         console.print(
@@ -127,6 +130,23 @@ def drain(config: StackConfig, table: ProcessTable, service: Service) -> None:
             f"[yellow]![/] {service.name}: Envoy did not confirm the drain within "
             f"{DRAIN_TIMEOUT_S:g}s; stopped (graceful) and removed all the same"
         )
+
+
+def running_services(config: StackConfig, table: ProcessTable) -> list[Service]:
+    """Every process of the stack that runs now: eds, Envoy, Prometheus, each replica."""
+    listed = [s for s in (services.eds(config), services.envoy(config)) if table.running(s.name)]
+    if table.running(prometheus.PROMETHEUS):
+        listed.append(prometheus.service(config))
+    for service in config.services:
+        indices = running_replicas(table, service)
+        listed += [services.replica(config, service, i) for i in indices]
+    return listed
+
+
+def track(config: StackConfig, table: ProcessTable) -> None:
+    """Prometheus's targets: what runs now (a no-op for Prometheus when it is off)."""
+    if config.prometheus:
+        prometheus.sync_targets(config, running_services(config, table))
 
 
 def running_replicas(table: ProcessTable, service: str) -> list[int]:
@@ -149,6 +169,8 @@ def forget_dead(config: StackConfig, table: ProcessTable, service: str) -> list[
             endpoints_file.remove_endpoint(path, service, endpoint.address, endpoint.port)
             forget(table, name)
             gone.append(name)
+    if gone:
+        track(config, table)
     return gone
 
 

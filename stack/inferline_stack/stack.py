@@ -15,7 +15,7 @@ from pathlib import Path
 
 from eds.sources import endpoints_file
 from inferline_envoy import config as envoy_config
-from inferline_stack import health, services
+from inferline_stack import health, prometheus, services
 from inferline_stack.config import (
     BATCHER,
     MAX_REPLICAS,
@@ -27,7 +27,7 @@ from inferline_stack.config import (
 )
 from inferline_stack.lock import scale_lock
 from inferline_stack.processes import ProcessTable
-from inferline_stack.replicas import StackError, add, forget, start_ready
+from inferline_stack.replicas import StackError, add, forget, start_ready, track
 from inferline_stack.services import EDS, ENVOY, Service, parse_replica_name, replica_name
 from inferline_stack.ui import console, plain
 
@@ -50,6 +50,8 @@ def up(config: StackConfig, table: ProcessTable) -> int:
         f"stack up: public endpoint localhost:{config.public_port} (Envoy); "
         "'make status' shows each cluster as Envoy sees it"
     )
+    if table.running(prometheus.PROMETHEUS):
+        console.print(f"Prometheus: {config.prometheus_url} (every process, every replica)")
     return 0
 
 
@@ -72,6 +74,7 @@ def _up(config: StackConfig, table: ProcessTable) -> None:
         if not ok:
             raise StackError(f"envoy --mode validate rejects {path}:", output[-3000:])
         _ensure(config, table, envoy)
+    _prometheus(config, table)
     for service in config.services:
         running = [s for s in kept if s.cluster == service]
         for replica in running:
@@ -94,6 +97,27 @@ def _up(config: StackConfig, table: ProcessTable) -> None:
         f"[green]✓[/] {PUBLIC_MODEL} ready through Envoy at {public} "
         f"({time.monotonic() - start:.2f}s)"
     )
+
+
+def _prometheus(config: StackConfig, table: ProcessTable) -> None:
+    """Start Prometheus when it is wanted and installed; the stack runs without it."""
+    if not config.prometheus:
+        table.stop(prometheus.PROMETHEUS, config.stop_grace_s)
+        return
+    if prometheus.binary() is None:
+        console.print(
+            f"[yellow]![/] no Prometheus on PATH: running without it ({prometheus.INSTALL_HINT})"
+        )
+        return
+    try:
+        server = prometheus.service(config)
+    except OSError as exc:
+        raise StackError(f"cannot read the Prometheus configuration: {exc}") from None
+    track(config, table)  # eds and Envoy, before the first scrape
+    if not _keep(table, server):
+        prometheus.write_config(config, server)
+    _ensure(config, table, server)
+    track(config, table)
 
 
 def _keep(table: ProcessTable, service: Service) -> bool:
@@ -139,7 +163,7 @@ def _keep_replicas(config: StackConfig, table: ProcessTable) -> list[Service]:
 def _stop_strays(config: StackConfig, table: ProcessTable) -> None:
     """Processes of an older layout of the stack (``triton``, ``middleman``) hold its ports."""
     for name in table.names():
-        stray = name not in (EDS, ENVOY) and parse_replica_name(name) is None
+        stray = name not in (EDS, ENVOY, prometheus.PROMETHEUS) and parse_replica_name(name) is None
         if stray and table.stop(name, config.stop_grace_s):
             console.print(f"stopped {name} (left over from an older stack)")
 
@@ -150,7 +174,7 @@ def down(config: StackConfig, table: ProcessTable) -> int:
         [replica_name(s, i) for i in range(MAX_REPLICAS)]
         for s in (MIDDLEMAN, PREPROCESS, BATCHER, TRITON)
     ]
-    for names in [*tiers, [ENVOY], [EDS], table.names()]:
+    for names in [*tiers, [ENVOY], [EDS], [prometheus.PROMETHEUS], table.names()]:
         for name in table.stop_all(names, config.stop_grace_s):
             console.print(f"stopped {name}")
     return 0

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inferline_envoy import admin as envoy_admin
-from inferline_stack import services
+from inferline_stack import prometheus, services
 from inferline_stack.config import StackConfig
 from inferline_stack.processes import ProcessTable
 from inferline_stack.replicas import running_replicas
@@ -17,8 +17,11 @@ from inferline_stack.services import Service
 
 
 def processes(config: StackConfig, table: ProcessTable) -> list[Service]:
-    """What should run: eds, Envoy, and each service's running replicas (at least replica 0)."""
+    """What should run: eds, Envoy, Prometheus (when wanted and installed), and each service's
+    running replicas (at least replica 0)."""
     listed = [services.eds(config), services.envoy(config)]
+    if table.running(prometheus.PROMETHEUS) or (config.prometheus and prometheus.binary()):
+        listed.append(prometheus.service(config))
     for service in config.services:
         indices = running_replicas(table, service) or [0]
         listed += [services.replica(config, service, i) for i in indices]
@@ -49,6 +52,8 @@ def status(config: StackConfig, table: ProcessTable) -> int:
             str(table.log_file(service.name)),
         )
     out.print(view)
+    if table.running(prometheus.PROMETHEUS):
+        out.print(f"Prometheus: {config.prometheus_url}", markup=False, highlight=False)
     try:
         by_cluster = asyncio.run(envoy_admin.clusters(config.admin_url))
     except envoy_admin.AdminError as exc:

@@ -28,16 +28,19 @@ from eds.sources import endpoints_file
 from inferline_envoy import admin as envoy_admin
 from inferline_stack.config import TRITON, StackConfig
 from inferline_stack.processes import ProcessTable, group_alive, kill_group
+from inferline_stack.prometheus import PROMETHEUS, binary
 from inferline_stack.scale import scale as scale_in_process
 from inferline_stack.services import EDS, ENVOY, HOST, endpoints_path, replica_name
 from inferline_stack.stack import down, up
 from inferline_testing import media
 from inferline_testing.harness import flowing, load
 from inferline_testing.ports import config_on_free_ports
+from inferline_testing.prometheus import query, series, tool
 from inferline_testing.waits import wait_for
 
 pytestmark = pytest.mark.e2e
 
+ROOT = Path(__file__).resolve().parents[2]
 CONCURRENCY = 8
 WAIT_S = 60.0  # generous: only bounds how long a broken run takes to fail
 
@@ -47,7 +50,11 @@ def scaling_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackCo
     """Its own stack's configuration on free ports: simulated GPU, batcher, middleman decoding
     in process. Stopped after the module's last test."""
     config = config_on_free_ports(
-        tmp_path_factory.mktemp("scaling"), model="simulated_gpu", decode="inprocess"
+        tmp_path_factory.mktemp("scaling"),
+        model="simulated_gpu",
+        decode="inprocess",
+        prometheus_config=str(ROOT / "grafana" / "prometheus" / "prometheus.yml"),
+        scrape_interval_s=1.0,
     )
     yield config
     down(config, ProcessTable(Path(config.run_dir)))
@@ -215,9 +222,29 @@ async def test_kill_9_a_triton_replica_under_load(scaling_stack: StackConfig) ->
     assert shared_memory_of(pgid) == []  # ...which the next `make scale` frees
 
 
+async def test_a_new_replica_is_scraped_without_a_restart(scaling_stack: StackConfig) -> None:
+    tool("prometheus")  # skips where Prometheus is not installed (fails in CI)
+    config = scaling_stack
+    table = ProcessTable(Path(config.run_dir))
+    started = table.pid(PROMETHEUS)
+    url = config.prometheus_url
+    await scale(config, 2)
+    await series(url, 'up{job="triton", replica="triton-1"} == 1', WAIT_S)
+    await series(url, 'nv_inference_request_success{replica="triton-1"}', WAIT_S)  # its own
+    await scale(config, 1)
+
+    async def gone() -> bool:
+        return not await query(url, 'up{job="triton", replica="triton-1"}')
+
+    await wait_for(gone, WAIT_S, "triton-1's target gone from Prometheus")
+    assert table.pid(PROMETHEUS) == started  # the same Prometheus: no restart
+
+
 def test_down_leaves_no_process_behind(scaling_stack: StackConfig) -> None:
     table = ProcessTable(Path(scaling_stack.run_dir))
     expected = {EDS, ENVOY} | {replica_name(s, 0) for s in scaling_stack.services}
+    if binary() is not None:
+        expected.add(PROMETHEUS)
     assert set(table.names()) == expected
     groups = [pid for name in table.names() if (pid := table.pid(name)) is not None]
     assert len(groups) == len(expected)
