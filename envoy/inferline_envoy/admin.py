@@ -8,6 +8,7 @@
 
     python -m inferline_envoy.admin                      # table of every EDS cluster
     python -m inferline_envoy.admin --admin http://127.0.0.1:9901 --json
+    python -m inferline_envoy.admin --drain       # a pod's preStop: out of service, nothing lost
 
 Everything is async (aiohttp); a synchronous caller wraps one call in ``asyncio.run``.
 """
@@ -111,15 +112,25 @@ def parse_clusters(data: Mapping[str, Any]) -> dict[str, list[HostStatus]]:
     return out
 
 
-async def _get(admin: str, path: str, timeout_s: float) -> tuple[int, str]:
+async def _request(method: str, admin: str, path: str, timeout_s: float) -> tuple[int, str]:
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session,
-            session.get(admin.rstrip("/") + path) as response,
+            session.request(method, admin.rstrip("/") + path) as response,
         ):
             return response.status, await response.text()
     except (TimeoutError, aiohttp.ClientError, OSError) as exc:
         raise AdminError(f"Envoy admin {admin} is not answering: {exc}") from exc
+
+
+async def _get(admin: str, path: str, timeout_s: float) -> tuple[int, str]:
+    return await _request("GET", admin, path, timeout_s)
+
+
+async def _post(admin: str, path: str, timeout_s: float = 2.0) -> None:
+    status, body = await _request("POST", admin, path, timeout_s)
+    if status != 200:
+        raise AdminError(f"{admin}{path} answered {status}: {body[:200]}")
 
 
 async def ready(admin: str = DEFAULT_ADMIN, timeout_s: float = 2.0) -> bool:
@@ -223,6 +234,36 @@ async def wait_gone(
     await wait_host(admin, cluster, address, port, gone, timeout_s, "not routable")
 
 
+async def in_flight(admin: str) -> int:
+    """Requests Envoy is serving on its listeners now (its admin and probe listeners aside)."""
+    active = await stats(admin, r"^http\..*\.downstream_rq_active$")
+    return sum(
+        int(value)
+        for name, value in active.items()
+        if name not in ("http.admin.downstream_rq_active", "http.probe.downstream_rq_active")
+    )
+
+
+async def drain(admin: str, settle_s: float = 5.0, timeout_s: float = 30.0) -> int:
+    """Take this Envoy out of service without failing a request (a pod's preStop hook).
+
+    Fail its health (``/ready`` answers 503, so Kubernetes takes the pod out of the Service's
+    endpoints), wait ``settle_s`` for that to reach the load balancers, drain the listeners
+    (HTTP/2 clients get GOAWAY and reconnect elsewhere), then wait until no request is in
+    flight. Returns the requests still in flight after ``timeout_s`` (0: drained).
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    await _post(admin, "/healthcheck/fail")
+    await asyncio.sleep(min(settle_s, timeout_s))  # the endpoint's removal propagating
+    await _post(admin, "/drain_listeners?graceful")
+    while True:
+        left = await in_flight(admin)
+        if not left or loop.time() >= deadline:
+            return left
+        await asyncio.sleep(POLL_S)
+
+
 def format_table(by_cluster: Mapping[str, Sequence[HostStatus]]) -> str:
     """One line per endpoint, as ``make status`` shows it."""
     header = ("cluster", "endpoint", "name", "zone", "weight", "state", "in flight", "requests")
@@ -255,12 +296,23 @@ def format_table(by_cluster: Mapping[str, Sequence[HostStatus]]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m inferline_envoy.admin",
-        description="Each cluster's endpoints as Envoy sees them.",
+        description="Each cluster's endpoints as Envoy sees them; or drain this Envoy.",
     )
     parser.add_argument("--admin", default=DEFAULT_ADMIN, help=f"default {DEFAULT_ADMIN}")
     parser.add_argument("--json", action="store_true", help="JSON instead of a table")
+    parser.add_argument(
+        "--drain",
+        action="store_true",
+        help="fail readiness, drain the listeners, wait until nothing is in flight (preStop)",
+    )
+    parser.add_argument("--settle-s", type=float, default=5.0, help="--drain: after /ready fails")
+    parser.add_argument("--timeout-s", type=float, default=30.0, help="--drain: at most")
     args = parser.parse_args(argv)
     try:
+        if args.drain:
+            left = asyncio.run(drain(args.admin, args.settle_s, args.timeout_s))
+            sys.stderr.write(f"drained: {left} request(s) still in flight\n")
+            return 0 if left == 0 else 1
         by_cluster = asyncio.run(clusters(args.admin))
     except AdminError as exc:
         sys.stderr.write(f"{exc}\n")

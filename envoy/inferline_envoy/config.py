@@ -42,6 +42,8 @@ class EnvoyParams:
     listen_address: str = "127.0.0.1"
     admin_address: str = "127.0.0.1"
     admin_port: int = 9901
+    # Kubernetes: a listener exposing only the admin's /ready and /stats/prometheus (0: none).
+    probe_port: int = 0
     xds_host: str = "127.0.0.1"
     xds_port: int = 18000
     xds_api: str = "GRPC"  # GRPC: state of the world; DELTA_GRPC: incremental
@@ -63,6 +65,7 @@ class EnvoyParams:
         if not self.listeners:
             raise ValueError("at least one listener (cluster=port) is needed")
         ports = [p for _, p in self.listeners] + [self.admin_port]
+        ports += [self.probe_port] if self.probe_port else []
         for port in ports:
             if not 0 < port < 65536:
                 raise ValueError(f"{port} is not a TCP port")
@@ -89,6 +92,7 @@ class EnvoyParams:
             "listen_address": self.listen_address,
             "admin_address": self.admin_address,
             "admin_port": self.admin_port,
+            "probe_port": self.probe_port,
             "xds_host": self.xds_host,
             "xds_port": self.xds_port,
             "xds_api": self.xds_api,
@@ -113,6 +117,7 @@ KUBERNETES = EnvoyParams(
     listen_address="0.0.0.0",
     xds_host="eds.inferline.svc.cluster.local",
     health_check_interval_s=2.0,
+    probe_port=9902,
 )
 PROFILES = {"local": LOCAL, "kubernetes": KUBERNETES}
 
@@ -154,6 +159,9 @@ def render(params: EnvoyParams = LOCAL, template: Path | None = None) -> dict[st
         hop = {**values, "cluster": name, "port": port}
         listeners.append(substitute(shapes["listener"], hop))
         clusters.append(substitute(shapes["cluster"], hop))
+    if params.probe_port:
+        listeners.append(substitute(shapes["probe_listener"], values))
+        clusters.append(substitute(shapes["probe_cluster"], values))
     static = config.setdefault("static_resources", {})
     static["listeners"] = listeners
     static["clusters"] = [*static.get("clusters", []), *clusters]

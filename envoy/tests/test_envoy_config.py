@@ -70,9 +70,17 @@ def test_kubernetes_differs_only_where_it_must() -> None:
     assert config["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"
     local = ec.render(ec.LOCAL)
     assert local["static_resources"]["clusters"][1:] != config["static_resources"]["clusters"][1:]
-    assert {c["name"] for c in local["static_resources"]["clusters"]} == {
+    assert {c["name"] for c in local["static_resources"]["clusters"]} | {"admin"} == {
         c["name"] for c in config["static_resources"]["clusters"]
-    }
+    }  # Kubernetes adds the probe listener's way to the admin API
+    probe = by_name(config["static_resources"]["listeners"])["probe"]
+    assert probe["address"]["socket_address"]["port_value"] == 9902
+    manager = probe["filter_chains"][0]["filters"][0]["typed_config"]
+    routes = manager["route_config"]["virtual_hosts"][0]["routes"]
+    exposed = [r["match"]["path"] for r in routes if r.get("route", {}).get("cluster") == "admin"]
+    assert exposed == ["/ready", "/stats/prometheus"]  # nothing else of the admin API
+    assert routes[-1] == {"match": {"prefix": "/"}, "direct_response": {"status": 404}}
+    assert "probe" not in {li["name"] for li in local["static_resources"]["listeners"]}
 
 
 def test_placeholders_keep_types_and_unknown_ones_fail() -> None:
@@ -122,7 +130,7 @@ def test_the_cli_renders_validates_and_overrides(tmp_path: Path) -> None:
     assert "OK" in result.stderr
     config = yaml.safe_load(out.read_text())
     assert config["dynamic_resources"]["ads_config"]["api_type"] == "DELTA_GRPC"
-    assert [li["name"] for li in config["static_resources"]["listeners"]] == ["triton"]
+    assert [li["name"] for li in config["static_resources"]["listeners"]] == ["triton", "probe"]
     assert config["admin"]["address"]["socket_address"]["port_value"] == 9911
 
 
