@@ -49,7 +49,9 @@ class FakeKServe(service_pb2_grpc.GRPCInferenceServiceServicer):
         self.never = asyncio.Event()
         self.release = asyncio.Event()  # answers the HOLD images
         self.held = 0  # calls with a HOLD image so far (other tests' stray calls do not count)
-        self.peers: set[str] = set()  # client addresses (one per connection)
+        # client address (one per connection) of each call, by its first image, so a test
+        # counts only its own calls and never another test's stray ones
+        self.peers: dict[bytes, set[str]] = {}
         self.pixels_seen: list[tuple[str, str, tuple[int, ...]]] = []  # (input, datatype, shape)
 
     async def ServerLive(self, request: Any, context: Any) -> Any:
@@ -64,7 +66,6 @@ class FakeKServe(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, req: Any, context: Any) -> Any:
         self.infer_calls += 1
         self.infer_seen.set()
-        self.peers.add(context.peer())
         if req.model_name == PIXELS:
             return await self.pixels(req, context)
         if req.model_name != MODEL:
@@ -73,6 +74,7 @@ class FakeKServe(service_pb2_grpc.GRPCInferenceServiceServicer):
         if names != ["IMAGE"] or req.inputs[0].datatype != "BYTES":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "expected one BYTES input IMAGE")
         images = list(deserialize_bytes_tensor(req.raw_input_contents[0]))
+        self.peers.setdefault(images[0] if images else b"", set()).add(context.peer())
         if any(image.startswith(SLOW) for image in images):
             await self.never.wait()
         if any(image.startswith(HOLD) for image in images):
