@@ -26,7 +26,7 @@ from inferline_models.repository import (
 )
 
 # Bump when the exported graph, config or layout changes: it invalidates every stamp.
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2  # 2: the TensorRT accelerator for GPU instances in config.pbtxt
 OPSET = 18
 MAX_ABS_DIFF = 1e-4
 STAMP_FILE = "inferline-export.json"

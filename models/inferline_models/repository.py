@@ -34,7 +34,40 @@ output [
   {{ name: "{output}", data_type: TYPE_FP32, dims: [ {classes} ], label_filename: "{labels}" }}
 ]
 dynamic_batching {{ max_queue_delay_microseconds: {delay} }}
+# GPU instances (Kubernetes: the official Triton image) run the graph with ONNX Runtime's
+# TensorRT execution provider: FP16, one engine for every batch size 1..{max_batch_size}, engines
+# cached under /tmp (the pod's only writable directory). CPU instances ignore this block.
+optimization {{ execution_accelerators {{
+  gpu_execution_accelerator: [ {{
+    name: "{accelerator}"
+{trt_parameters}
+  }} ]
+}} }}
 """
+
+# The TensorRT accelerator's parameters, as Triton's ONNX Runtime backend (r24.10) names them;
+# it refuses a model whose config has a key it does not know.
+TENSORRT_ACCELERATOR = "tensorrt"
+TENSORRT_WORKSPACE_BYTES = 1 << 30
+TENSORRT_CACHE_PATH = "/tmp"
+
+
+def tensorrt_parameters(max_batch_size: int = MAX_BATCH_SIZE) -> dict[str, str]:
+    """The TensorRT execution accelerator's parameters for the exported model."""
+    shape = f"{IMAGE_SIZE}x{IMAGE_SIZE}"
+    return {
+        "precision_mode": "FP16",
+        "max_workspace_size_bytes": str(TENSORRT_WORKSPACE_BYTES),
+        "trt_engine_cache_enable": "1",
+        "trt_engine_cache_path": TENSORRT_CACHE_PATH,
+        "trt_timing_cache_enable": "1",
+        "trt_timing_cache_path": TENSORRT_CACHE_PATH,
+        # One optimisation profile for the dynamic batch axis, tuned for the full batches the
+        # batcher sends; without it ONNX Runtime rebuilds the engine for each larger batch.
+        "trt_profile_min_shapes": f"{INPUT_NAME}:1x3x{shape}",
+        "trt_profile_opt_shapes": f"{INPUT_NAME}:{max_batch_size}x3x{shape}",
+        "trt_profile_max_shapes": f"{INPUT_NAME}:{max_batch_size}x3x{shape}",
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +119,11 @@ def render_config(
         classes=NUM_CLASSES,
         labels=LABELS_FILE,
         delay=max_queue_delay_us,
+        accelerator=TENSORRT_ACCELERATOR,
+        trt_parameters="\n".join(
+            f'    parameters {{ key: "{key}" value: "{value}" }}'
+            for key, value in tensorrt_parameters(max_batch_size).items()
+        ),
     )
     parse_config(text)
     return text

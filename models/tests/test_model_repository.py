@@ -1,12 +1,16 @@
 from pathlib import Path
 
 import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
 
 from inferline_models.repository import (
+    CONFIG_FILE,
     MAX_BATCH_SIZE,
     ModelSpec,
     TensorSpec,
     load_spec,
+    model_dir,
     parse_config,
     render_config,
 )
@@ -25,6 +29,52 @@ def test_rendered_config_parses_back() -> None:
     assert 'platform: "onnxruntime_onnx"' in text
     assert 'label_filename: "labels.txt"' in text
     assert "max_queue_delay_microseconds" in text
+
+
+def test_gpu_instances_use_tensorrt() -> None:
+    """The official Triton image runs the ONNX graph through ONNX Runtime's TensorRT provider."""
+    config = text_format.Parse(render_config(), mc.ModelConfig())
+    assert config.platform == "onnxruntime_onnx"
+    assert not config.optimization.execution_accelerators.cpu_execution_accelerator
+    (accelerator,) = config.optimization.execution_accelerators.gpu_execution_accelerator
+    assert accelerator.name == "tensorrt"
+    assert dict(accelerator.parameters) == {
+        "precision_mode": "FP16",
+        "max_workspace_size_bytes": str(1 << 30),
+        "trt_engine_cache_enable": "1",
+        "trt_engine_cache_path": "/tmp",
+        "trt_timing_cache_enable": "1",
+        "trt_timing_cache_path": "/tmp",
+        "trt_profile_min_shapes": "INPUT:1x3x224x224",
+        "trt_profile_opt_shapes": f"INPUT:{MAX_BATCH_SIZE}x3x224x224",
+        "trt_profile_max_shapes": f"INPUT:{MAX_BATCH_SIZE}x3x224x224",
+    }
+    # Triton's ONNX Runtime backend (r24.10) fails the model load on a key it does not know.
+    known = {
+        "precision_mode", "max_workspace_size_bytes", "trt_engine_cache_enable",
+        "trt_engine_cache_path", "trt_timing_cache_enable", "trt_timing_cache_path",
+        "trt_profile_min_shapes", "trt_profile_opt_shapes", "trt_profile_max_shapes",
+    }  # fmt: skip
+    assert set(accelerator.parameters) <= known
+    # No instance_group: Triton picks KIND_GPU where there is a GPU (the accelerator applies)
+    # and KIND_CPU elsewhere (ignored), so one config serves both.
+    assert not config.instance_group
+
+
+def test_tensorrt_profile_follows_max_batch_size() -> None:
+    config = text_format.Parse(render_config(max_batch_size=8), mc.ModelConfig())
+    (accelerator,) = config.optimization.execution_accelerators.gpu_execution_accelerator
+    assert accelerator.parameters["trt_profile_max_shapes"] == "INPUT:8x3x224x224"
+    assert accelerator.parameters["trt_profile_opt_shapes"] == "INPUT:8x3x224x224"
+
+
+def test_repository_config_is_current(model_repository: Path) -> None:
+    """What `make model` wrote (and the models image ships) is today's config, TensorRT included."""
+    written = (model_dir(model_repository) / CONFIG_FILE).read_text(encoding="utf-8")
+    assert written == render_config(), (
+        f"{model_repository}'s {CONFIG_FILE} is stale: "
+        "python -m inferline_models --force rewrites it"
+    )
 
 
 def test_parse_triton_style_config() -> None:
