@@ -15,14 +15,14 @@ BENCH_BATCHER_ARGS ?=
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup model up down status scale demo grafana test lint check-packages format bench bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher clean
+.PHONY: help setup model up down status scale demo grafana images deploy undeploy verify-cluster k8s-envoy checkov test lint check-packages format bench bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher clean
 
 help: ## list the targets
 	@echo "inferline — scale-out inference pipeline (see README.md)"
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-21s %s\n", $$1, $$2}'
 
 DISTRIBUTIONS := common services/middleman services/preprocess services/batcher control/eds envoy \
-	demo-client models stack testing
+	demo-client models stack testing preflight
 
 $(STAMP): constraints.txt requirements-dev.txt $(addsuffix /pyproject.toml,$(DISTRIBUTIONS))
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,37 @@ demo: up ## the whole pipeline (Envoy, batcher, Triton) plus the live demo clien
 	@$(PY) -m demo_client --duration $(DURATION) --concurrency $(CONCURRENCY)
 	@echo "the stack keeps running: 'make status' shows it, 'make scale SERVICE=triton REPLICAS=2' adds a backend, 'make down' stops it"
 
+REGISTRY ?=
+TAG ?=
+PUSH ?=
+IMAGES ?=
+OVERLAY ?= gpu
+
+images: model ## build every image with docker or podman: REGISTRY=… TAG=… [PUSH=1] [IMAGES="eds batcher"]
+	@test -n "$(REGISTRY)" && test -n "$(TAG)" || { echo "usage: make images REGISTRY=registry.example.com/team TAG=v1 [PUSH=1] [IMAGES=\"eds batcher\"]" >&2; exit 2; }
+	$(PY) -m tools.images --registry $(REGISTRY) --tag $(TAG) $(if $(filter 1 true yes,$(PUSH)),--push) $(IMAGES)
+
+deploy: setup ## apply k8s/overlays/$(OVERLAY) (gpu|cpu) with the images of REGISTRY=… TAG=… (kubectl's context)
+	$(PY) -m tools.cluster deploy --overlay $(OVERLAY) --registry "$(REGISTRY)" --tag "$(TAG)"
+
+undeploy: setup ## delete what `make deploy` applied (OVERLAY=gpu|cpu)
+	$(PY) -m tools.cluster undeploy --overlay $(OVERLAY)
+
+verify-cluster: setup ## prove a deployment: rollouts, Envoy holds every Triton pod, demo client, Triton 1 -> 2
+	$(PY) -m tools.cluster verify
+
+k8s-envoy: setup ## re-render k8s/base/envoy/envoy.yaml from the one Envoy template (a test checks it is current)
+	$(PY) -m inferline_envoy.config --kubernetes -o k8s/base/envoy/envoy.yaml --validate
+
+CHECKOV_STAMP := .venv-checkov/.installed
+
+$(CHECKOV_STAMP): k8s/checkov.lock
+	@test -x .venv-checkov/bin/python || $(PYTHON) -m venv .venv-checkov
+	.venv-checkov/bin/pip install -q --no-deps -r k8s/checkov.lock
+	@touch $@
+
+checkov: $(CHECKOV_STAMP) ## checkov in a venv of its own (it does not resolve with constraints.txt), for k8s/tests
+
 GRAFANA_IMAGE ?= grafana/grafana:11.6.0
 GRAFANA_PORT ?= 3000
 PROMETHEUS_URL ?= http://127.0.0.1:9090
@@ -76,7 +107,8 @@ grafana: ## Grafana (official container) on :3000 with inferline's dashboards, r
 test: model ## run every test (unit, service and end-to-end through the real Triton server)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-TEST_DIRS := $(wildcard $(addsuffix /tests,$(DISTRIBUTIONS) grafana))
+TEST_DIRS := $(wildcard $(addsuffix /tests,$(DISTRIBUTIONS) grafana k8s tools))
+DOCKERFILES := $(wildcard services/*/Dockerfile control/*/Dockerfile */Dockerfile)
 
 lint: setup ## ruff (lint, format), mypy (code and every tests/ folder), import-linter (boundaries)
 	$(PY) -m ruff check .
@@ -84,11 +116,12 @@ lint: setup ## ruff (lint, format), mypy (code and every tests/ folder), import-
 	$(PY) -m mypy
 	@for dir in $(TEST_DIRS); do echo "mypy $$dir"; $(PY) -m mypy $$dir || exit 1; done
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/hadolint $(DOCKERFILES)
 	@if command -v promtool >/dev/null; then promtool check config --syntax-only grafana/prometheus/prometheus.yml \
 		&& promtool check rules grafana/rules/*.yml; else echo "promtool not installed: rules not checked"; fi
 
 check-packages: setup ## install each deployable alone into a fresh venv and start it (a few minutes)
-	$(PY) tools/check_packages.py
+	$(PY) -m tools.check_packages
 
 format: setup ## apply ruff's formatting and safe fixes
 	$(PY) -m ruff format .

@@ -7,8 +7,8 @@ command (``--help``, or importing its entry module). A dependency a pyproject.to
 fails the command, and so does a file the wheel forgets (the Envoy template). Wheels,
 environments and logs go under ``build/check-packages/``.
 
-    python tools/check_packages.py                  # every deployable, two at a time
-    python tools/check_packages.py eds batcher      # some of them
+    python -m tools.check_packages                  # every deployable, two at a time
+    python -m tools.check_packages eds batcher      # some of them
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ DEPLOYABLES = (
     Deployable("demo-client", "demo-client", ("-m", "demo_client", "--help")),
     Deployable("models", "models", ("-m", "inferline_models", "--help")),
     Deployable("stack", "stack", ("-m", "inferline_stack", "--help")),
+    # No GPU here: reads NVML (or says it cannot) and exits 0; proves pynvml is in the image.
+    Deployable("preflight", "preflight", ("-m", "inferline_preflight", "--termination-log", "")),
     Deployable(
         "testing",
         "testing",
@@ -137,7 +139,7 @@ def check(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python tools/check_packages.py",
+        prog="python -m tools.check_packages",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -2,7 +2,7 @@
 on every unit-test file under grafana/rules/tests/, and that those files test every rule.
 
 promtool comes with Debian's `prometheus` package. Without it the promtool tests are skipped, unless
-INFERLINE_REQUIRE_PROMETHEUS=1 (CI sets it), where they fail.
+INFERLINE_REQUIRE_TOOLS=1 (CI sets it), where they fail.
 """
 
 from __future__ import annotations

@@ -1,38 +1,24 @@
 """Prometheus for the tests: its binaries when installed, and its HTTP query API.
 
 Prometheus is optional for a user of the stack, so a test that needs it skips where it is not
-installed, saying how to install it, unless ``INFERLINE_REQUIRE_PROMETHEUS=1`` (CI sets it:
-there a missing Prometheus fails the run rather than skipping what it should prove).
+installed, saying how to install it (:mod:`inferline_testing.tools`; CI requires it).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 from typing import Any
 
 import aiohttp
-import pytest
 
+from inferline_testing import tools
 from inferline_testing.waits import wait_for
 
-REQUIRE_ENV = "INFERLINE_REQUIRE_PROMETHEUS"
 INSTALL = "install Debian's prometheus package (apt-get install prometheus; .ci/run does)"
-
-
-def required() -> bool:
-    return os.environ.get(REQUIRE_ENV) == "1"
 
 
 def tool(name: str = "promtool") -> str:
     """The path of ``prometheus`` or ``promtool``; skips the test without it (fails in CI)."""
-    path = shutil.which(name)
-    if path is not None:
-        return path
-    message = f"{name} is not on PATH: {INSTALL}"
-    if required():
-        pytest.fail(f"{message} ({REQUIRE_ENV}=1)")
-    pytest.skip(message)
+    return tools.tool(name, INSTALL)
 
 
 class QueryError(Exception):

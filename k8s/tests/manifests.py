@@ -1,0 +1,192 @@
+"""The Kubernetes manifests as the cluster would get them: rendered by ``kubectl kustomize``.
+
+Every k8s test reads the rendered output, never the source files: what a kustomization,
+a component's patch or a generator does is what is checked.
+
+* :func:`render` — an overlay (``overlays/gpu``), or a component on the base through a throwaway
+  kustomization (``components/preflight``: the base, the components it needs, then it);
+  ``everything`` is the base with every component, the opt-in ones too;
+* :func:`pod_specs`, :func:`containers` — every pod template and every container in it.
+
+kubectl (1.32, kustomize v5.5) is required: without it the tests skip, saying so, unless
+``INFERLINE_REQUIRE_TOOLS=1`` (CI), where they fail.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from inferline_testing import tools
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "k8s"
+OVERLAYS = ("gpu", "cpu")
+NAMESPACE = "inferline"
+# The Kubernetes version every rendered object is validated against (kubernetes-validate, strict):
+# the kubectl this repository uses is 1.32, and every API the manifests use is GA there.
+KUBERNETES_VERSION = "1.32.0"
+
+# What a component needs before it in an overlay (k8s/README.md says the same).
+COMPONENT_NEEDS: dict[str, tuple[str, ...]] = {
+    "gpu": (),
+    "gpu-sharing": ("gpu",),
+    "preflight": ("gpu",),
+    "nvidia-runtime-class": ("gpu", "monitoring", "dcgm-exporter"),
+    "monitoring": (),
+    "monitoring-operator": (),
+    "dcgm-exporter": ("monitoring",),
+    "autoscaling": ("monitoring",),
+    "network-policies": (),
+    "pod-disruption-budgets": (),
+}
+# Every component, in an order that satisfies COMPONENT_NEEDS: the `everything` render.
+EVERYTHING = (
+    "gpu", "gpu-sharing", "preflight", "monitoring", "dcgm-exporter", "nvidia-runtime-class",
+    "autoscaling", "network-policies", "pod-disruption-budgets", "monitoring-operator",
+)  # fmt: skip
+TARGETS = (
+    *(f"overlays/{name}" for name in OVERLAYS),
+    *(f"components/{name}" for name in COMPONENT_NEEDS),
+    "everything",
+)
+WORKLOAD_KINDS = ("Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job")
+
+
+def kubectl() -> str:
+    return tools.tool("kubectl", "install kubectl 1.32 (it carries kustomize v5.5)")
+
+
+def kustomize(folder: Path) -> str:
+    """``kubectl kustomize`` with the load restrictor off, as `make deploy` runs it."""
+    command = [kubectl(), "kustomize", "--load-restrictor", "LoadRestrictionsNone", str(folder)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stderr}"
+    return result.stdout
+
+
+def component_kustomization(names: tuple[str, ...], folder: Path) -> dict[str, Any]:
+    """A kustomization in ``folder``: the base, then the components ``names`` in order."""
+
+    def rel(path: Path) -> str:
+        return os.path.relpath(path, folder)
+
+    return {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [rel(K8S / "base")],
+        "components": [rel(K8S / "components" / name) for name in names],
+    }
+
+
+def target_components(target: str) -> tuple[str, ...]:
+    if target == "everything":
+        return EVERYTHING
+    name = target.removeprefix("components/")
+    return (*COMPONENT_NEEDS[name], name)
+
+
+@functools.cache
+def render_text(target: str) -> str:
+    """The rendered YAML of ``target``: overlays/<name>, components/<name> or everything."""
+    if target.startswith("overlays/"):
+        return kustomize(K8S / target)
+    with tempfile.TemporaryDirectory(prefix="inferline-kustomize-") as tmp:
+        folder = Path(tmp)
+        kustomization = component_kustomization(target_components(target), folder)
+        (folder / "kustomization.yaml").write_text(yaml.safe_dump(kustomization), "utf-8")
+        return kustomize(folder)
+
+
+def render(target: str) -> list[dict[str, Any]]:
+    """The rendered objects of ``target`` (fresh copies: a test may change them)."""
+    return [doc for doc in yaml.safe_load_all(render_text(target)) if doc]
+
+
+def find(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    """The one object of ``kind`` whose name is ``name`` (or, for a generated ConfigMap, starts
+    with ``name-`` and a content hash)."""
+    found = [
+        o
+        for o in objects
+        if o["kind"] == kind
+        and (
+            o["metadata"]["name"] == name
+            or (kind == "ConfigMap" and o["metadata"]["name"].rsplit("-", 1)[0] == name)
+        )
+    ]
+    assert len(found) == 1, f"expected one {kind} {name}, found {[o['metadata'] for o in found]}"
+    return found[0]
+
+
+@dataclass(frozen=True)
+class Container:
+    workload: str  # "Deployment inferline/triton"
+    kind: str  # containers | initContainers | ephemeralContainers
+    spec: dict[str, Any]
+    pod: dict[str, Any]  # the pod spec it belongs to
+
+    @property
+    def name(self) -> str:
+        return str(self.spec["name"])
+
+    @property
+    def where(self) -> str:
+        return f"{self.workload} {self.kind}/{self.name}"
+
+    @property
+    def image(self) -> str:
+        return str(self.spec.get("image", ""))
+
+    def port(self, name: str) -> int:
+        for port in self.spec.get("ports") or []:
+            if port.get("name") == name:
+                return int(port["containerPort"])
+        raise AssertionError(f"{self.where} has no port named {name!r}")
+
+    def env(self) -> dict[str, Any]:
+        """Its environment: name → value (a string) or valueFrom (a mapping)."""
+        return {e["name"]: e.get("value", e.get("valueFrom")) for e in self.spec.get("env") or []}
+
+
+def workload_name(obj: Mapping[str, Any]) -> str:
+    meta = obj["metadata"]
+    return f"{obj['kind']} {meta.get('namespace', '')}/{meta['name']}"
+
+
+def pod_template(obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The pod template of a workload (its metadata and spec), None for other objects."""
+    if obj["kind"] == "Pod":
+        return {"metadata": obj["metadata"], "spec": obj["spec"]}
+    if obj["kind"] == "CronJob":
+        template: dict[str, Any] = obj["spec"]["jobTemplate"]["spec"]["template"]
+        return template
+    if obj["kind"] in WORKLOAD_KINDS:
+        template = obj["spec"]["template"]
+        return template
+    return None
+
+
+def pod_specs(objects: list[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """(workload object, pod template) for every object that makes pods."""
+    for obj in objects:
+        template = pod_template(obj)
+        if template is not None:
+            yield obj, template
+
+
+def containers(objects: list[dict[str, Any]]) -> Iterator[Container]:
+    """Every container of every pod template: app, init and ephemeral containers."""
+    for obj, template in pod_specs(objects):
+        spec = template["spec"]
+        for kind in ("initContainers", "containers", "ephemeralContainers"):
+            for container in spec.get(kind) or []:
+                yield Container(workload_name(obj), kind, container, spec)

@@ -1,0 +1,318 @@
+"""The manifests and the code agree: the control plane configured exactly as the rendered eds
+Deployment configures it, and the real Envoy with the rendered bootstrap, get every Service's
+endpoints from a Kubernetes API server.
+
+No cluster runs here. The API server is the fake the Kubernetes-source tests use
+(control/eds/tests/conftest.py: the real list/watch wire format, spoken to the real
+kubernetes_asyncio client). From the rendered overlay, this takes the eds container's
+environment and arguments, changing only what a laptop must: the API server (a kubeconfig instead
+of the in-cluster one; KUBERNETES_SERVICE_HOST is the kubelet's, not the manifests'), the
+downward API's values, and the listen address and ports (free ones on 127.0.0.1). From the
+ConfigMap it takes Envoy's bootstrap, changing only the listener, admin and xDS addresses to
+local ones. Every other setting — the source, the namespace, the Services, the EndpointSlice
+port name, the clusters, the probe listener's routes — is the manifests'.
+
+Then EndpointSlices for the four Services (some before eds starts: its list; some after: its
+watch) point at real gRPC backends (``inferline_testing.probe``), and the test waits until Envoy
+routes to each through the listener the Envoy Service exposes for it, the Triton pod's
+``inferline.io/weight`` annotation is the endpoint's weight, a terminating pod drains, and the
+kubelet's probe paths answer on the probe listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import importlib.util
+import sys
+import types
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import yaml
+from aiohttp import web
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from inferline_envoy import admin as envoy_admin
+from inferline_envoy import config as envoy_config
+from inferline_testing.harness import EnvoyProcess, Probe, Process, python, wait_serving
+from inferline_testing.ports import free_port
+from inferline_testing.probe import STATS_MODEL
+from inferline_testing.waits import wait_for
+from k8s.tests.manifests import OVERLAYS, ROOT, Container, containers, find, render
+
+WAIT_S = 60.0  # generous: only bounds how long a broken run takes to fail
+FAKE_API = ROOT / "control" / "eds" / "tests" / "conftest.py"
+LOCAL_ENV = ("INFERLINE_EDS_HOST", "INFERLINE_EDS_PORT", "INFERLINE_EDS_METRICS_PORT")
+
+
+@functools.cache
+def fake_api_module() -> types.ModuleType:
+    """control/eds/tests/conftest.py as a module (its FakeKubeApi and routes), loaded once."""
+    name = "inferline_eds_fake_kube_api"
+    spec = importlib.util.spec_from_file_location(name, FAKE_API)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclass resolves its annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclasses.dataclass
+class FakeCluster:
+    api: Any  # FakeKubeApi
+    url: str
+
+
+async def start_fake_api(namespace: str) -> tuple[FakeCluster, web.AppRunner]:
+    module = fake_api_module()
+    fake = module.FakeKubeApi(namespace=namespace)
+    app = web.Application()
+    app.router.add_get(module.SLICES, fake.handle_slices)
+    app.router.add_get(module.POD, fake.handle_pod)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    fake.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    return FakeCluster(fake, fake.url), runner
+
+
+def kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "fake", "cluster": {"server": server}}],
+                "users": [{"name": "eds", "user": {"token": "not-checked"}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "eds"}}],
+                "current-context": "fake",
+            }
+        ),
+        encoding="utf-8",
+    )
+    return path
+
+
+def container_env(container: Container, fields: dict[str, str]) -> dict[str, str]:
+    """The container's environment as the kubelet would set it (downward API from ``fields``)."""
+    env = {}
+    for name, value in container.env().items():
+        if isinstance(value, str):
+            env[name] = value
+        else:
+            path = value.get("fieldRef", {}).get("fieldPath")
+            assert path in fields, f"{container.where}: {name} from {value}, not a known field"
+            env[name] = fields[path]
+    return env
+
+
+def endpoint_slice(
+    namespace: str, service: str, port_name: str, port: int, pod: str, **conditions: bool
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"{service}-abcde",
+            "namespace": namespace,
+            "labels": {"kubernetes.io/service-name": service},
+        },
+        "addressType": "IPv4",
+        # A second port, as a Service with a metrics port would have: eds must pick by name.
+        "ports": [
+            {"name": "metrics", "port": 9, "protocol": "TCP"},
+            {"name": port_name, "port": port, "protocol": "TCP"},
+        ],
+        "endpoints": [
+            {
+                "addresses": ["127.0.0.1"],
+                "conditions": conditions or {"ready": True, "serving": True, "terminating": False},
+                "targetRef": {
+                    "kind": "Pod",
+                    "name": pod,
+                    "namespace": namespace,
+                    "uid": f"uid-{pod}",
+                },
+                "zone": "zone-a",
+            }
+        ],
+    }
+
+
+def local_bootstrap(text: str, eds_port: int) -> tuple[dict[str, Any], envoy_config.EnvoyParams]:
+    """The ConfigMap's bootstrap with local addresses: free listener and admin ports on
+    127.0.0.1, the xDS cluster at the local eds. Nothing else changes."""
+    config = yaml.safe_load(text)
+    admin = config["admin"]["address"]["socket_address"]
+    admin_port = free_port()
+    hops: list[tuple[str, int]] = []
+    probe_port = 0
+    for listener in config["static_resources"]["listeners"]:
+        address = listener["address"]["socket_address"]
+        address.update(address="127.0.0.1", port_value=free_port())
+        if listener["name"] == "probe":
+            probe_port = address["port_value"]
+        else:
+            hops.append((listener["name"], address["port_value"]))
+    for cluster in config["static_resources"]["clusters"]:
+        if cluster["name"] not in ("xds", "admin"):
+            continue
+        endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+        socket = endpoint["address"]["socket_address"]
+        if cluster["name"] == "admin":  # the probe listener's way to the admin API
+            assert (socket["address"], socket["port_value"]) == (
+                admin["address"],
+                admin["port_value"],
+            )
+            socket["port_value"] = admin_port
+        else:
+            cluster["type"] = "STATIC"
+            socket.update(address="127.0.0.1", port_value=eds_port)
+    admin["port_value"] = admin_port
+    params = dataclasses.replace(
+        envoy_config.KUBERNETES, listeners=tuple(hops), admin_port=admin_port,
+        probe_port=probe_port, xds_host="127.0.0.1", xds_port=eds_port,
+    )  # fmt: skip
+    return config, params
+
+
+async def backend_behind(listener: str) -> str:
+    """The id of the backend that answers a ModelInfer sent to an Envoy listener."""
+    async with grpc.aio.insecure_channel(listener) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        reply = await stub.ModelInfer(
+            service_pb2.ModelInferRequest(model_name=STATS_MODEL), timeout=5
+        )
+    return str(reply.parameters["backend"].string_param)
+
+
+def http_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+@pytest.fixture
+async def stopper() -> AsyncIterator[list[Process]]:
+    started: list[Process] = []
+    yield started
+    await asyncio.gather(*(p.stop(5.0) for p in reversed(started)))
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+async def test_rendered_eds_and_envoy_route_to_every_services_endpoints(
+    overlay: str, tmp_path: Path, stopper: list[Process]
+) -> None:
+    objects = render(f"overlays/{overlay}")
+    deployment = find(objects, "Deployment", "eds")
+    namespace = deployment["metadata"]["namespace"]
+    [eds] = [c for c in containers([deployment]) if c.name == "eds"]
+    assert "command" not in eds.spec, "the image's entrypoint (python -m eds) runs"
+    env = container_env(eds, {"metadata.namespace": namespace, "metadata.name": "eds-0"})
+    services = env["INFERLINE_EDS_SERVICES"].split(",")
+    port_name = env["INFERLINE_EDS_PORT_NAME"]
+
+    # What the manifests say of each other, before anything runs.
+    assert int(env["INFERLINE_EDS_PORT"]) == eds.port("grpc")
+    assert int(env["INFERLINE_EDS_METRICS_PORT"]) == eds.port("metrics")
+    assert eds.spec["readinessProbe"]["grpc"]["port"] == eds.port("grpc")
+    assert find(objects, "Service", "eds")["spec"]["ports"][0]["targetPort"] == "grpc"
+    for service in services:
+        ports = [p["name"] for p in find(objects, "Service", service)["spec"]["ports"]]
+        assert port_name in ports, f"Service {service} has no port {port_name!r} for eds"
+    triton_annotations = find(objects, "Deployment", "triton")["spec"]["template"]["metadata"][
+        "annotations"
+    ]
+    bootstrap_text = find(objects, "ConfigMap", "envoy-bootstrap")["data"]["envoy.yaml"]
+    envoy_deployment = find(objects, "Deployment", "envoy")
+    [envoy_container] = envoy_deployment["spec"]["template"]["spec"]["containers"]
+
+    cluster, runner = await start_fake_api(namespace)
+    try:
+        # Backends for every Service; half of them listed, half arriving through the watch.
+        probes = {service: Probe(tmp_path, f"{service}-0") for service in services}
+        stopper.extend(probes.values())
+        await asyncio.gather(*(p.start_ready() for p in probes.values()))
+        for service, probe in probes.items():
+            annotations = triton_annotations if service == "triton" else {}
+            cluster.api.put_pod(probe.replica_id, f"uid-{probe.replica_id}", dict(annotations))
+
+        def put(service: str, **conditions: bool) -> None:
+            probe = probes[service]
+            cluster.api.put_slice(
+                endpoint_slice(
+                    namespace, service, port_name, probe.port, probe.replica_id, **conditions
+                )
+            )
+
+        for service in services[:2]:
+            put(service)
+
+        # The control plane, as the Deployment configures it.
+        eds_port, metrics_port = free_port(), free_port()
+        local = {
+            "INFERLINE_EDS_HOST": "127.0.0.1",
+            "INFERLINE_EDS_PORT": str(eds_port),
+            "INFERLINE_EDS_METRICS_PORT": str(metrics_port),
+            "INFERLINE_EDS_KUBECONFIG": str(kubeconfig(tmp_path / "kubeconfig", cluster.url)),
+        }
+        assert set(local) - set(env) == {"INFERLINE_EDS_KUBECONFIG"}, "only these change"
+        process = Process(
+            "eds", python("eds", *eds.spec.get("args", [])), tmp_path / "logs" / "eds.log",
+            {**env, **local},
+        )  # fmt: skip
+        stopper.append(process)
+        await process.start()
+        await wait_serving(f"127.0.0.1:{eds_port}", process, WAIT_S)
+        for service in services[2:]:
+            put(service)
+
+        # The real Envoy with the ConfigMap's bootstrap.
+        config, params = local_bootstrap(bootstrap_text, eds_port)
+        envoy = EnvoyProcess(tmp_path, params, config=config)
+        stopper.append(envoy)
+        await envoy.start_ready(WAIT_S)
+
+        for service, probe in probes.items():
+            host = await envoy_admin.wait_routable(
+                envoy.admin, service, "127.0.0.1", probe.port, WAIT_S
+            )
+            assert host is not None and host.hostname == probe.replica_id, host
+            if service == "triton":
+                assert host.weight == int(triton_annotations["inferline.io/weight"])
+            # Through the listener the Envoy Service exposes for this hop, to this backend.
+            answer = await backend_behind(envoy.listener(service))
+            assert answer == probe.replica_id, f"listener {service} reached {answer}"
+        exposed = {p["containerPort"] for p in envoy_container["ports"]}
+        assert {port for _, port in envoy_config.KUBERNETES.listeners} <= exposed
+
+        # A Triton pod that terminates drains: Envoy sends it nothing new.
+        put("triton", ready=False, serving=True, terminating=True)
+        await envoy_admin.wait_host(
+            envoy.admin, "triton", "127.0.0.1", probes["triton"].port,
+            lambda h: h is not None and h.eds_health == "DRAINING", WAIT_S, "DRAINING",
+        )  # fmt: skip
+
+        # The kubelet's probes on the probe listener answer; the rest of the admin API does not.
+        probe_url = f"http://127.0.0.1:{params.probe_port}"
+        for kind in ("readinessProbe", "livenessProbe"):
+            path = envoy_container[kind]["httpGet"]["path"]
+            status = await asyncio.to_thread(http_status, probe_url + path)
+            assert status == 200, f"Envoy's {kind} {path}: {status}"
+        assert await asyncio.to_thread(http_status, probe_url + "/clusters") == 404
+        assert await wait_for(
+            lambda: envoy_admin.ready(envoy.admin), WAIT_S, "Envoy ready", abort=envoy.exited
+        )
+    finally:
+        cluster.api.close_watches()
+        await runner.cleanup()

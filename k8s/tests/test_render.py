@@ -1,0 +1,247 @@
+"""Both overlays and every component render with ``kubectl kustomize``, and every rendered object
+validates against the Kubernetes 1.32 schema (kubernetes-validate, strict: an unknown field is an
+error, as ``kubectl apply --validate=strict`` makes it).
+
+The Prometheus Operator's custom resources (components/monitoring-operator: PodMonitor,
+PrometheusRule) have no schema there: they are skipped by kubernetes-validate, and checked here
+for the fields the Operator needs instead. Every other kind must have a schema.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from k8s.tests.manifests import (
+    COMPONENT_NEEDS,
+    EVERYTHING,
+    K8S,
+    KUBERNETES_VERSION,
+    NAMESPACE,
+    OVERLAYS,
+    TARGETS,
+    containers,
+    find,
+    pod_specs,
+    render,
+)
+
+OPERATOR_GROUP = "monitoring.coreos.com/"
+OPERATOR_KINDS = {"PodMonitor", "PrometheusRule"}
+# Namespaces an object may name: the pipeline's, the DCGM exporter's, kube-system (the adapter's
+# reader of the API server's client CA, a RoleBinding) and the GPU Operator's (the time-slicing
+# configuration the device plugin reads).
+NAMESPACES = {NAMESPACE, "inferline-dcgm", "kube-system", "gpu-operator"}
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "APIService"}
+# Images per k8s/CONTRACT.md: the kustomize image names `make deploy` replaces.
+CONTRACT_IMAGES = set(re.findall(r"`(inferline/[a-z-]+)`", (K8S / "CONTRACT.md").read_text()))
+
+
+def test_every_component_is_covered() -> None:
+    """A new component must be added to COMPONENT_NEEDS (and so to these tests)."""
+    folders = {p.name for p in (K8S / "components").iterdir() if p.is_dir()}
+    assert folders == set(COMPONENT_NEEDS)
+    assert sorted(EVERYTHING) == sorted(COMPONENT_NEEDS)
+    assert {p.name for p in (K8S / "overlays").iterdir() if p.is_dir()} == set(OVERLAYS)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_renders_and_validates_strictly(target: str) -> None:
+    objects = render(target)
+    assert objects, f"{target} renders nothing"
+    failures = []
+    for obj in objects:
+        where = f"{obj.get('kind')} {obj.get('metadata', {}).get('name')}"
+        if obj["apiVersion"].startswith(OPERATOR_GROUP):
+            assert obj["kind"] in OPERATOR_KINDS, f"{where}: an unexpected custom resource"
+            check_operator_resource(obj)
+            continue
+        try:
+            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            path = ".".join(str(p) for p in exc.path)
+            failures.append(f"{where}: {path}: {exc.message}")
+        except kubernetes_validate.SchemaNotFoundError as exc:
+            failures.append(f"{where}: no schema ({exc.message})")
+    assert not failures, f"{target} against Kubernetes {KUBERNETES_VERSION}:\n" + "\n".join(
+        failures
+    )
+
+
+def check_operator_resource(obj: dict[str, Any]) -> None:
+    where = f"{obj['kind']} {obj['metadata']['name']}"
+    assert obj["apiVersion"] == "monitoring.coreos.com/v1", where
+    assert obj["metadata"].get("namespace") == NAMESPACE, where
+    spec = obj["spec"]
+    if obj["kind"] == "PodMonitor":
+        assert spec["selector"]["matchExpressions"], where
+        for endpoint in spec["podMetricsEndpoints"]:
+            assert endpoint["port"] in ("metrics", "probe"), where
+            jobs = [r for r in endpoint["relabelings"] if r.get("targetLabel") == "job"]
+            assert len(jobs) == 1, f"{where}: sets the job label once"
+    else:
+        for group in spec["groups"]:
+            assert group["name"] and group["rules"], where
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_object_is_labelled_and_namespaced(target: str) -> None:
+    for obj in render(target):
+        meta = obj["metadata"]
+        where = f"{obj['kind']} {meta['name']}"
+        labels = meta.get("labels") or {}
+        assert labels.get("app.kubernetes.io/part-of") == "inferline", where
+        assert labels.get("app.kubernetes.io/name"), where
+        if obj["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in meta, where
+        else:
+            # Explicit, never the kubectl context's: a component object without one would land
+            # wherever the user's context points.
+            assert meta.get("namespace") in NAMESPACES, (
+                f"{where}: namespace {meta.get('namespace')}"
+            )
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_selectors_use_the_name_label(target: str) -> None:
+    for obj, template in pod_specs(render(target)):
+        where = f"{obj['kind']} {obj['metadata']['name']}"
+        name = obj["metadata"]["labels"]["app.kubernetes.io/name"]
+        assert obj["spec"]["selector"] == {"matchLabels": {"app.kubernetes.io/name": name}}, where
+        assert template["metadata"]["labels"]["app.kubernetes.io/name"] == name, where
+        assert template["metadata"]["labels"]["app.kubernetes.io/part-of"] == "inferline", where
+    for service in (o for o in render(target) if o["kind"] == "Service"):
+        name = service["metadata"]["name"]
+        assert service["spec"]["selector"] == {"app.kubernetes.io/name": name}, name
+
+
+# -- the contract (k8s/CONTRACT.md) ---------------------------------------------------------
+
+SERVICE_PORTS = {
+    "middleman": {"grpc": 8090},
+    "preprocess": {"grpc": 8091},
+    "batcher": {"grpc": 8092},
+    "triton": {"grpc": 8001},
+    "eds": {"grpc": 18000},
+    "envoy": {"grpc": 8080, "preprocess": 8081, "batcher": 8082, "triton": 8083},
+}
+CONTAINER_PORTS = {
+    "middleman": {"grpc": 8090, "metrics": 9180},
+    "preprocess": {"grpc": 8091, "metrics": 9181},
+    "batcher": {"grpc": 8092, "metrics": 9182},
+    "eds": {"grpc": 18000, "metrics": 9183},
+    "envoy": {"grpc": 8080, "preprocess": 8081, "batcher": 8082, "triton": 8083, "probe": 9902},
+    "triton": {"http": 8000, "grpc": 8001, "metrics": 8002},
+}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_names_and_ports_are_the_contracts(overlay: str) -> None:
+    objects = render(f"overlays/{overlay}")
+    for name, ports in SERVICE_PORTS.items():
+        service = find(objects, "Service", name)
+        assert service["spec"]["type"] == "ClusterIP"
+        assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == ports, name
+        for port in service["spec"]["ports"]:
+            assert port["targetPort"] == port["name"], f"{name}: target the container port by name"
+    for name, ports in CONTAINER_PORTS.items():
+        deployment = find(objects, "Deployment", name)
+        [container] = [
+            c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == name
+        ]
+        assert {p["name"]: p["containerPort"] for p in container["ports"]} == ports, name
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_images_are_the_contracts(overlay: str) -> None:
+    """Every inferline image is one CONTRACT.md names (`make deploy` rewrites exactly those)."""
+    for container in containers(render(f"overlays/{overlay}")):
+        image = container.image.rsplit(":", 1)[0]
+        if image.startswith("inferline/"):
+            assert image in CONTRACT_IMAGES, f"{container.where}: {image} is not in the contract"
+        if container.name == "triton":
+            assert container.image == "nvcr.io/nvidia/tritonserver:24.10-py3"
+
+
+# Triton's release → its CUDA (NVIDIA's support matrix); the DALI image's wheel is cuda120.
+TRITON_CUDA = {"24.10": "12.6"}
+DALI_CUDA = "12.0"
+
+
+def triton_tag(spec: dict[str, Any]) -> str:
+    [triton] = [c for c in spec["containers"] if c["name"] == "triton"]
+    return str(triton["image"]).rsplit(":", 1)[1].removesuffix("-py3")
+
+
+def test_gpu_overlay_gives_triton_and_preprocess_gpus() -> None:
+    objects = render("overlays/gpu")
+    triton = find(objects, "Deployment", "triton")["spec"]["template"]["spec"]
+    preprocess = find(objects, "Deployment", "preprocess")["spec"]["template"]["spec"]
+    for spec, name in ((triton, "triton"), (preprocess, "preprocess")):
+        [main] = [c for c in spec["containers"] if c["name"] == name]
+        assert main["resources"]["limits"]["nvidia.com/gpu"] == "1", name
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
+            "tolerations"
+        ], name
+        # The driver check comes first, on the pod's GPU.
+        first = spec["initContainers"][0]
+        assert first["name"] == "preflight" and first["image"].startswith("inferline/preflight:")
+        assert first["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert [c["name"] for c in triton["initContainers"]] == ["preflight", "models"]
+    # The driver is checked against the CUDA of the image that follows.
+    for spec, cuda in ((triton, TRITON_CUDA[triton_tag(triton)]), (preprocess, DALI_CUDA)):
+        env = {e["name"]: e.get("value") for e in spec["initContainers"][0]["env"]}
+        assert env["INFERLINE_PREFLIGHT_CUDA"] == cuda
+        assert env["INFERLINE_PREFLIGHT_REQUIRE_GPU"] == "true"
+    [main] = preprocess["containers"]
+    assert main["image"].startswith("inferline/preprocess-gpu:")
+    assert {"name": "INFERLINE_PREPROCESS_BACKEND", "value": "dali-gpu"} in main["env"]
+    required = triton["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    [term] = required["nodeSelectorTerms"]
+    assert term["matchExpressions"][0]["key"] == "nvidia.com/gpu.memory"
+    preferred = triton["affinity"]["nodeAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert preferred[0]["preference"]["matchExpressions"][0]["key"] == "nvidia.com/gpu.product"
+
+
+def test_cpu_overlay_holds_nothing_of_gpus() -> None:
+    objects = render("overlays/cpu")
+    text = str([template for _, template in pod_specs(objects)])
+    for needle in ("nvidia.com/gpu", "preflight", "preprocess-gpu", "dali-gpu"):
+        assert needle not in text, f"the cpu overlay mentions {needle}"
+    assert not [o for o in objects if "dcgm" in o["metadata"]["name"]], "no DCGM exporter"
+
+
+def test_opt_in_components_are_not_in_the_overlays() -> None:
+    """gpu-sharing (a cluster-wide device plugin setting), the runtime class and the Operator's
+    custom resources (which fail without its CRDs) are opt-in."""
+    for overlay in OVERLAYS:
+        objects = render(f"overlays/{overlay}")
+        assert not [o for o in objects if o["apiVersion"].startswith(OPERATOR_GROUP)], overlay
+        assert not [o for o in objects if o["metadata"].get("namespace") == "gpu-operator"]
+        assert "runtimeClassName" not in str(objects)
+
+
+def test_gpu_sharing_configures_time_slicing() -> None:
+    config = find(render("components/gpu-sharing"), "ConfigMap", "inferline-time-slicing")
+    sharing = yaml.safe_load(config["data"]["any"])
+    assert sharing["version"] == "v1"
+    slicing = sharing["sharing"]["timeSlicing"]
+    assert slicing["failRequestsGreaterThanOne"] is True
+    [resource] = slicing["resources"]
+    assert resource["name"] == "nvidia.com/gpu" and resource["replicas"] >= 2
+
+
+def test_runtime_class_component_sets_nvidia_on_the_gpu_pods_only() -> None:
+    objects = render("components/nvidia-runtime-class")
+    with_class = {
+        obj["metadata"]["name"]
+        for obj, template in pod_specs(objects)
+        if template["spec"].get("runtimeClassName") == "nvidia"
+    }
+    assert with_class == {"triton", "preprocess", "dcgm-exporter"}

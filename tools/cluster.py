@@ -1,0 +1,279 @@
+"""make deploy / undeploy / verify-cluster: inferline on a Kubernetes cluster, through kubectl.
+
+    python -m tools.cluster deploy --overlay gpu --registry REG --tag TAG   # render, kubectl apply
+    python -m tools.cluster deploy --overlay cpu --registry REG --tag TAG --dry-run   # print it
+    python -m tools.cluster undeploy --overlay gpu
+    python -m tools.cluster verify
+
+``deploy`` writes a kustomization of its own under ``build/deploy/<overlay>/`` that points at
+``k8s/overlays/<overlay>`` and sets every image to ``<registry>/inferline-<name>:<tag>``, then
+applies ``kubectl kustomize --load-restrictor LoadRestrictionsNone`` of it (the monitoring
+component reads the dashboards and rules from ``grafana/``: one copy for local and cluster).
+
+``verify`` proves the deployment end to end: every Deployment rolled out; Envoy's ``triton``
+cluster (its admin API, through a port-forward: the admin listens on the pod's loopback only)
+holds exactly the Triton pods; the demo client through the cluster's Envoy with no error;
+Triton scaled 1 → 2 and the new pod taking requests. Each step says what it checks and how long
+it took; the first failure stops it with what was seen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from inferline_envoy.admin import parse_clusters
+from inferline_testing.ports import free_port
+from tools.images import IMAGES
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMESPACE = "inferline"
+OVERLAYS = ("gpu", "cpu")
+DEPLOYMENTS = ("eds", "envoy", "triton", "batcher", "preprocess", "middleman")
+ADMIN_PORT, PUBLIC_PORT = 9901, 8080
+ROLLOUT_TIMEOUT_S = 900  # Triton's first start pulls a large image and loads the model
+STEP_TIMEOUT_S = 180.0
+
+
+class ClusterError(Exception):
+    """A step failed; the message says what was expected and what was seen."""
+
+
+def kustomization(overlay: str, registry: str, tag: str) -> dict[str, Any]:
+    """The deploy-time kustomization: the overlay, with every image from ``registry``."""
+    if overlay not in OVERLAYS:
+        raise ClusterError(f"unknown overlay {overlay!r}: one of {', '.join(OVERLAYS)}")
+    if not registry or not tag:
+        raise ClusterError("REGISTRY and TAG are needed: where `make images` pushed the images")
+    return {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [f"../../../k8s/overlays/{overlay}"],
+        "images": [  # k8s/CONTRACT.md: inferline/<name> is pushed as <registry>/inferline-<name>
+            {
+                "name": f"inferline/{image.name}",
+                "newName": f"{registry.rstrip('/')}/{image.repository}",
+                "newTag": tag,
+            }
+            for image in IMAGES
+        ],
+    }
+
+
+def write_kustomization(overlay: str, registry: str, tag: str) -> Path:
+    folder = ROOT / "build" / "deploy" / overlay
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "kustomization.yaml"
+    header = "# Written by `make deploy` (tools/cluster.py); regenerated every time.\n"
+    path.write_text(header + yaml.safe_dump(kustomization(overlay, registry, tag)), "utf-8")
+    return folder
+
+
+def kubectl(*args: str, input_text: str | None = None, check: bool = True) -> str:
+    """Run kubectl; its stdout. ClusterError with its stderr when it fails and ``check``."""
+    binary = shutil.which("kubectl")
+    if binary is None:
+        raise ClusterError("kubectl is not on PATH: install it and point it at your cluster")
+    result = subprocess.run(
+        [binary, *args], input=input_text, capture_output=True, text=True, check=False
+    )
+    if check and result.returncode != 0:
+        raise ClusterError(f"kubectl {' '.join(args)} failed:\n{result.stderr.strip()}")
+    return result.stdout
+
+
+def render(overlay: str, registry: str, tag: str) -> str:
+    folder = write_kustomization(overlay, registry, tag)
+    return kubectl("kustomize", "--load-restrictor", "LoadRestrictionsNone", str(folder))
+
+
+def deploy(overlay: str, registry: str, tag: str, dry_run: bool) -> None:
+    manifests = render(overlay, registry, tag)
+    if dry_run:
+        sys.stdout.write(manifests)
+        return
+    step(f"applying overlay {overlay!r} ({len(list(yaml.safe_load_all(manifests)))} objects)")
+    sys.stdout.write(kubectl("apply", "--server-side", "-f", "-", input_text=manifests))
+    step("applied: `make verify-cluster` proves it works")
+
+
+def undeploy(overlay: str) -> None:
+    manifests = render(overlay, "unused.example", "unused")
+    sys.stdout.write(kubectl("delete", "--ignore-not-found", "-f", "-", input_text=manifests))
+
+
+# -- verify ---------------------------------------------------------------------------------
+
+
+def step(message: str) -> None:
+    sys.stderr.write(f"[verify-cluster] {message}\n")
+    sys.stderr.flush()
+
+
+def pod_ips(pods: Mapping[str, Any]) -> dict[str, str]:
+    """``kubectl get pods -o json``: {pod name: IP} of the running, ready ones."""
+    found = {}
+    for pod in pods.get("items", []):
+        status = pod.get("status", {})
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions", [])
+        )
+        if status.get("phase") == "Running" and ready and status.get("podIP"):
+            found[pod["metadata"]["name"]] = status["podIP"]
+    return found
+
+
+def triton_hosts(clusters: Mapping[str, Any]) -> dict[str, int]:
+    """Envoy's ``/clusters?format=json``: the triton cluster's host addresses, and the requests
+    each has served."""
+    return {h.address: h.rq_total for h in parse_clusters(clusters).get("triton", [])}
+
+
+@contextlib.contextmanager
+def port_forward(target: str, remote: int) -> Iterator[int]:
+    """``kubectl port-forward`` to ``target``'s ``remote`` port; yields the local port."""
+    local = free_port()
+    args = ["kubectl", "-n", NAMESPACE, "port-forward", target, f"{local}:{remote}"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait(lambda: connectable(local) or proc.poll() is not None, f"port-forward to {target}")
+        if proc.poll() is not None:
+            why = proc.stderr.read() if proc.stderr else ""
+            raise ClusterError(f"{' '.join(args)} exited: {why}")
+        yield local
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def connectable(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def wait(check: Callable[[], bool], what: str, timeout_s: float = STEP_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise ClusterError(f"{what}: not after {timeout_s:g} s")
+        time.sleep(1.0)
+
+
+def admin_clusters(port: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/clusters?format=json", timeout=5) as r:
+        return dict(json.load(r))
+
+
+def triton_pods() -> dict[str, str]:
+    selector = "app.kubernetes.io/name=triton"
+    return pod_ips(
+        json.loads(kubectl("-n", NAMESPACE, "get", "pods", "-l", selector, "-o", "json"))
+    )
+
+
+def demo(port: int, count: int) -> dict[str, Any]:
+    """The demo client through the cluster's Envoy; its JSON summary."""
+    argv = [sys.executable, "-m", "demo_client", "--target", f"127.0.0.1:{port}", "--json",
+            "--count", str(count), "--concurrency", "8", "--wait", "60"]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise ClusterError(f"the demo client failed:\n{result.stderr.strip()[-2000:]}")
+    summary: dict[str, Any] = json.loads(result.stdout)
+    return summary
+
+
+def scale_triton(replicas: int) -> None:
+    """``kubectl scale``; with the autoscaling component, its HPA's floor is raised instead
+    (the HPA would scale a manual change back down)."""
+    hpa = kubectl("-n", NAMESPACE, "get", "hpa", "triton", "--ignore-not-found", "-o", "name")
+    if hpa.strip():
+        patch = json.dumps({"spec": {"minReplicas": replicas}})
+        kubectl("-n", NAMESPACE, "patch", "hpa", "triton", "--type", "merge", "-p", patch)
+        step(f"HorizontalPodAutoscaler triton: minReplicas {replicas} (set it back when done)")
+    else:
+        kubectl("-n", NAMESPACE, "scale", "deployment/triton", f"--replicas={replicas}")
+    wait(lambda: len(triton_pods()) >= replicas, f"{replicas} ready Triton pods", 600.0)
+
+
+def verify(requests: int) -> None:
+    start = time.monotonic()
+    for name in DEPLOYMENTS:
+        step(f"rollout of deployment/{name} …")
+        kubectl("-n", NAMESPACE, "rollout", "status", f"deployment/{name}",
+                f"--timeout={ROLLOUT_TIMEOUT_S}s")  # fmt: skip
+    with (
+        port_forward("deployment/envoy", ADMIN_PORT) as admin,
+        port_forward("service/envoy", PUBLIC_PORT) as public,
+    ):
+        pods = triton_pods()
+        step(f"Triton pods: {pods}; waiting until Envoy's triton cluster holds exactly them")
+        wait(
+            lambda: set(triton_hosts(admin_clusters(admin))) == set(pods.values()),
+            "Envoy's triton cluster = the Triton pods",
+        )
+        summary = demo(public, requests)
+        errors = summary.get("errors", 0)
+        step(f"demo client: {summary.get('images_per_s')} images/s, {errors} errors")
+        if errors:
+            raise ClusterError(f"the demo client saw errors: {summary.get('errors_by_code')}")
+        step(f"scaling Triton {len(pods)} → {len(pods) + 1}")
+        scale_triton(len(pods) + 1)
+        new = set(triton_pods().values()) - set(pods.values())
+        if not new:
+            raise ClusterError("Triton scaled up but no new ready pod IP")
+        step(f"new Triton pod {sorted(new)}: waiting until Envoy has it, then sends it requests")
+        wait(lambda: new <= set(triton_hosts(admin_clusters(admin))), "the new pod in Envoy")
+        summary = demo(public, requests)
+        served = triton_hosts(admin_clusters(admin))
+        if summary.get("errors", 0) or not all(served.get(ip, 0) > 0 for ip in new):
+            raise ClusterError(f"after the scale-up: {summary.get('errors_by_code')}, {served}")
+        step(f"requests per Triton pod: {served}")
+    step(f"verified in {time.monotonic() - start:.0f} s")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.cluster",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in ("deploy", "undeploy"):
+        one = sub.add_parser(command)
+        one.add_argument("--overlay", choices=OVERLAYS, default="gpu")
+        if command == "deploy":
+            one.add_argument("--registry", default="")
+            one.add_argument("--tag", default="")
+            one.add_argument("--dry-run", action="store_true", help="print, apply nothing")
+    check = sub.add_parser("verify")
+    check.add_argument("--requests", type=int, default=400, help="demo client requests per run")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "deploy":
+            deploy(args.overlay, args.registry, args.tag, args.dry_run)
+        elif args.command == "undeploy":
+            undeploy(args.overlay)
+        else:
+            verify(args.requests)
+    except ClusterError as exc:
+        sys.stderr.write(f"{args.command}: {exc}\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""make deploy / verify-cluster without a cluster: what deploy would apply (rendered by the real
+kubectl kustomize), and how verify reads what kubectl and Envoy's admin API answer.
+
+The steps that need a cluster (apply, rollout, port-forward, scale) are not run here: no
+Kubernetes API server runs on this machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from inferline_testing.tools import tool
+from tools import cluster
+from tools.images import IMAGES
+
+
+def containers(objects: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for obj in objects:
+        spec = obj.get("spec", {}).get("template", {}).get("spec", {})
+        yield from spec.get("initContainers", [])
+        yield from spec.get("containers", [])
+
+
+@pytest.mark.parametrize("overlay", cluster.OVERLAYS)
+def test_deploy_sets_every_inferline_image_to_the_registry(overlay: str) -> None:
+    tool("kubectl", "install kubectl 1.32 (it carries kustomize v5.5)")
+    objects = [
+        o for o in yaml.safe_load_all(cluster.render(overlay, "reg.example/team/", "v7")) if o
+    ]
+    images = {c["image"] for c in containers(objects)}
+    ours = {image for image in images if image.startswith("reg.example/team/inferline-")}
+    assert ours and all(image.endswith(":v7") for image in ours)
+    assert not [image for image in images if image.startswith("inferline/")]  # none left over
+    others = images - ours  # Triton, Prometheus, Grafana, …: pinned by their own tags
+    assert others and all(":" in image and not image.endswith(":latest") for image in others)
+
+
+def test_the_deploy_kustomization_names_every_image() -> None:
+    made = cluster.kustomization("cpu", "reg.example/team/", "v7")
+    assert made["resources"] == ["../../../k8s/overlays/cpu"]
+    assert {i["name"] for i in made["images"]} == {f"inferline/{i.name}" for i in IMAGES}
+    assert {
+        "name": "inferline/eds",
+        "newName": "reg.example/team/inferline-eds",
+        "newTag": "v7",
+    } in (made["images"])
+    with pytest.raises(cluster.ClusterError, match="unknown overlay"):
+        cluster.kustomization("tpu", "r", "t")
+    with pytest.raises(cluster.ClusterError, match="REGISTRY and TAG"):
+        cluster.kustomization("gpu", "", "t")
+
+
+def pod(name: str, ip: str, phase: str = "Running", ready: str = "True") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "status": {
+            "phase": phase,
+            "podIP": ip,
+            "conditions": [{"type": "Ready", "status": ready}],
+        },
+    }
+
+
+def test_only_running_ready_pods_count() -> None:
+    listed = {
+        "items": [
+            pod("triton-a", "10.0.0.1"),
+            pod("triton-b", "10.0.0.2", ready="False"),  # still loading the model
+            pod("triton-c", "10.0.0.3", phase="Pending"),
+            pod("triton-d", ""),  # no IP yet
+        ]
+    }
+    assert cluster.pod_ips(listed) == {"triton-a": "10.0.0.1"}
+
+
+def test_envoy_hosts_of_the_triton_cluster() -> None:
+    clusters = {
+        "cluster_statuses": [
+            {"name": "batcher", "host_statuses": [host("10.0.1.1", 5)]},
+            {"name": "triton", "host_statuses": [host("10.0.0.1", 40), host("10.0.0.2", 0)]},
+        ]
+    }
+    assert cluster.triton_hosts(clusters) == {"10.0.0.1": 40, "10.0.0.2": 0}
+
+
+def host(address: str, requests: int) -> dict[str, Any]:
+    """One host as Envoy's /clusters?format=json shows it."""
+    return {
+        "address": {"socket_address": {"address": address, "port_value": 8001}},
+        "stats": [{"name": "rq_total", "value": str(requests)}],
+        "health_status": {"eds_health_status": "HEALTHY"},
+    }
+
+
+def test_deploy_explains_what_is_missing(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cluster.main(["deploy", "--overlay", "gpu", "--dry-run"]) == 1
+    assert "REGISTRY and TAG are needed" in capsys.readouterr().err
