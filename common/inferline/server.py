@@ -17,12 +17,14 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from inferline.capacity import INNER_MESSAGE_BYTES
 from inferline.metrics import RpcMetrics
 
 logger = logging.getLogger(__name__)
 
 # One place for channel and server options: large tensors, keepalive that survives proxies.
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# Inner hops' limit by default; middleman's public one is in its own configuration.
+MAX_MESSAGE_BYTES = INNER_MESSAGE_BYTES
 
 
 def server_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:

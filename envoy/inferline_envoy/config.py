@@ -53,11 +53,13 @@ class EnvoyParams:
     connect_timeout_s: float = 1.0
     initial_fetch_timeout_s: float = 10.0
     max_connections: int = 1024
+    # The circuit breakers and the retry buffer: inferline.capacity's ENVOY_MAX_REQUESTS and
+    # INNER_MESSAGE_BYTES (the stack passes them; a test checks these defaults agree).
     max_pending_requests: int = 4096
     max_requests: int = 4096
     max_retries: int = 256
     num_retries: int = 3
-    retry_buffer_bytes: int = 64 * 1024 * 1024  # the pipeline's gRPC message limit
+    retry_buffer_bytes: int = 64 * 1024 * 1024 + 64 * 1024
 
     def __post_init__(self) -> None:
         if self.xds_api not in XDS_APIS:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eds.cache import Endpoint
+from inferline import capacity
 from inferline_envoy import config as envoy_config
 from inferline_envoy import proxyless
 from inferline_stack import health
@@ -114,6 +115,7 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
     env = {f"{prefix}_HOST": HOST, f"{prefix}_PORT": str(port),
            f"{prefix}_METRICS_PORT": str(metrics_port)}  # fmt: skip
     model = {BATCHER: config.model, PREPROCESS: "preprocess", MIDDLEMAN: "classifier"}[service]
+    env.update(capacity_env(service))
     if service == BATCHER:
         env.update(batcher_upstream(config))
     elif service == MIDDLEMAN:
@@ -136,6 +138,17 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
         cluster=service,
         port=port,
     )
+
+
+def capacity_env(service: str) -> dict[str, str]:
+    """What a batcher or preprocess replica holds: all that every middleman the stack may scale
+    to admits (inferline.capacity), since one replica of each may serve them all."""
+    admitted = str(capacity.ADMITTED_REQUESTS * MAX_REPLICAS)
+    if service == BATCHER:
+        return {"INFERLINE_BATCHER_MAX_QUEUE": admitted}
+    if service == PREPROCESS:
+        return {"INFERLINE_PREPROCESS_MAX_INFLIGHT": admitted}
+    return {}
 
 
 def batcher_upstream(config: StackConfig) -> dict[str, str]:
@@ -187,6 +200,10 @@ def envoy_params(config: StackConfig) -> envoy_config.EnvoyParams:
         admin_port=config.envoy_admin_port,
         xds_host=HOST,
         xds_port=config.eds_port,
+        # Above everything the services admit (inferline.capacity): Envoy never refuses first.
+        max_requests=capacity.ENVOY_MAX_REQUESTS,
+        max_pending_requests=capacity.ENVOY_MAX_REQUESTS,
+        retry_buffer_bytes=capacity.INNER_MESSAGE_BYTES,
     )
 
 

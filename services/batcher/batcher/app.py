@@ -40,6 +40,7 @@ def build(config: Config) -> BatcherService:
         max_queue_delay_s=config.max_queue_delay_ms / 1000.0,
         max_queue=config.max_queue,
         default_timeout_s=config.upstream_timeout_s,
+        max_queue_bytes=config.max_queue_bytes,
     )
     batchers = Batchers(upstream, settings, InFlight(config.max_inflight))
     metrics.QUEUE_CAPACITY.set(config.max_queue)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inferline import capacity
 from inferline.config import require
-from inferline.server import MAX_MESSAGE_BYTES
 
 PREFIX = "INFERLINE_BATCHER"
 
@@ -22,12 +22,14 @@ class Config:
     max_batch_size: int = 0
     # How long the oldest request of a partial batch waits for company; 0 sends at once.
     max_queue_delay_ms: float = 2.0
-    # Requests waiting per model; more are refused with RESOURCE_EXHAUSTED.
-    max_queue: int = 1024
+    # Requests (and their bytes) waiting per model; more are refused with RESOURCE_EXHAUSTED.
+    # Sized for what the middlemen in front may admit (inferline.capacity).
+    max_queue: int = capacity.BATCHER_QUEUE_REQUESTS
+    max_queue_bytes: int = capacity.BATCHER_QUEUE_BYTES
     # Batches in flight to the upstream (all models); about one per GPU behind it.
     max_inflight: int = 2
-    upstream_timeout_s: float = 30.0
-    max_message_bytes: int = MAX_MESSAGE_BYTES
+    upstream_timeout_s: float = capacity.DEFAULT_DEADLINE_S
+    max_message_bytes: int = capacity.INNER_MESSAGE_BYTES
     grace_s: float = 5.0
 
     def __post_init__(self) -> None:
@@ -37,6 +39,7 @@ class Config:
         require(self.max_batch_size >= 0, PREFIX, "max_batch_size", "must be >= 0 (0: upstream's)")
         require(self.max_queue_delay_ms >= 0, PREFIX, "max_queue_delay_ms", "must be >= 0")
         require(self.max_queue >= 1, PREFIX, "max_queue", "must be at least 1")
+        require(self.max_queue_bytes >= 1, PREFIX, "max_queue_bytes", "must be positive")
         require(self.max_inflight >= 1, PREFIX, "max_inflight", "must be at least 1")
         require(self.upstream_timeout_s > 0, PREFIX, "upstream_timeout_s", "must be positive")
         require(self.max_message_bytes > 0, PREFIX, "max_message_bytes", "must be positive")

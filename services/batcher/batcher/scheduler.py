@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 
 # How long the first request for a model may wait for the upstream's model config.
 CONFIG_TIMEOUT_S = 5.0
+# Weight of the newest upstream call in the moving average of their durations.
+UPSTREAM_EWMA = 0.2
 
 
 class Upstream(Protocol):
@@ -45,6 +47,7 @@ class Settings:
     max_queue_delay_s: float
     max_queue: int
     default_timeout_s: float
+    max_queue_bytes: int | None = None
 
 
 class InFlight:
@@ -107,8 +110,11 @@ class ModelBatcher:
         self.upstream = upstream
         self.metrics = ModelMetrics(model)
         self.queue: BatchQueue[Pending] = BatchQueue(
-            max_batch_size, settings.max_queue_delay_s, settings.max_queue
+            max_batch_size, settings.max_queue_delay_s, settings.max_queue, settings.max_queue_bytes
         )
+        # How long an upstream call takes (a moving average of the last ones): a request whose
+        # deadline leaves less is not sent, since its answer would come too late.
+        self.upstream_s = 0.0
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -126,15 +132,16 @@ class ModelBatcher:
         if batch_plan.key is None:
             logger.debug("%s: request %r goes alone: %s", self.model, request.id, batch_plan.reason)
         pending = Pending(request, raw, self._loop.create_future())
-        entry = Entry(batch_plan.key, batch_plan.items, now, deadline, pending)
+        entry = Entry(batch_plan.key, batch_plan.items, now, deadline, pending, len(raw))
         try:
             self.queue.push(entry)
         except QueueFull as exc:
             self.metrics.rejected.inc()
+            setting = "MAX_QUEUE" if exc.unit == "requests" else "MAX_QUEUE_BYTES"
             raise InferError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"batcher queue of model {self.model!r} is full: {exc.limit} requests are waiting "
-                f"(limit INFERLINE_BATCHER_MAX_QUEUE={exc.limit}); retry later or add capacity",
+                f"batcher queue of model {self.model!r} is full: {exc} "
+                f"(limit INFERLINE_BATCHER_{setting}={exc.limit}); retry later or add capacity",
             ) from None
         try:
             own = self.pump(entry)
@@ -153,14 +160,21 @@ class ModelBatcher:
         """
         own = None
         now = self._loop.time()
-        for entry in self.queue.expire(now):
+        for entry in self.queue.expire(now, self.upstream_s):
             self.metrics.expired.inc()
             waited = now - entry.arrived
+            left = (entry.deadline or now) - now
+            why = (
+                "deadline passed"
+                if left <= EPSILON
+                else f"{left * 1000:.1f} ms were left, less than the {self.upstream_s * 1000:.1f} "
+                "ms an upstream call takes,"
+            )
             _fail(
                 entry,
                 InferError(
                     grpc.StatusCode.DEADLINE_EXCEEDED,
-                    f"deadline passed after {waited * 1000:.1f} ms in the batcher queue of model "
+                    f"{why} after {waited * 1000:.1f} ms in the batcher queue of model "
                     f"{self.model!r}; the request was not sent upstream",
                 ),
             )
@@ -186,7 +200,7 @@ class ModelBatcher:
     # -- internals ---------------------------------------------------------------------------
 
     def _arm(self, now: float) -> None:
-        due = self.queue.next_due(now)
+        due = self.queue.next_due(now, self.upstream_s)
         if due is None:
             return
         if self._timer is not None:
@@ -231,14 +245,20 @@ class ModelBatcher:
         finally:
             self.metrics.in_flight.dec()
             if entries:
-                self.metrics.upstream_duration.observe(self._loop.time() - start)
+                took = self._loop.time() - start
+                self.metrics.upstream_duration.observe(took)
+                self.upstream_s += UPSTREAM_EWMA * (took - self.upstream_s)
             for entry in entries:  # only after a bug: callers must never wait forever
                 _fail(entry, InferError(grpc.StatusCode.INTERNAL, "the batch failed; see the log"))
             self.inflight.give_back()
 
     async def _call(self, entries: list[Entry[Pending]], now: float) -> None:
+        # The batch may take as long as its most patient caller allows: a caller with a tighter
+        # deadline gets DEADLINE_EXCEEDED from its own call, never its batch-mates.
         deadlines = [e.deadline - now for e in entries if e.deadline is not None]
-        timeout = max(min(deadlines, default=self.settings.default_timeout_s), EPSILON)
+        if len(deadlines) < len(entries):
+            deadlines.append(self.settings.default_timeout_s)
+        timeout = max(max(deadlines), EPSILON)
         items = sum(e.items for e in entries)
         self.metrics.batch_size.observe(items)
         self.metrics.batch_requests.observe(len(entries))

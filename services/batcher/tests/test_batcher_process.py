@@ -12,6 +12,7 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2_grpc
 
+from batcher.config import Config
 from inferline_testing.ports import free_port
 
 from .conftest import FakeUpstream, infer_request, serve, wait_serving
@@ -49,7 +50,7 @@ async def test_runs_serves_metrics_and_stops_on_sigterm() -> None:
         assert "inferline_batcher_queue_depth_requests" in text
         ok = '{code="OK",method="ModelInfer",model="echo"}'
         assert f"inferline_batcher_grpc_requests_total{ok}" in text
-        assert "inferline_batcher_queue_capacity_requests 1024.0" in text
+        assert f"inferline_batcher_queue_capacity_requests {Config().max_queue:.1f}" in text
         process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(process.wait(), 20) == 0
         assert process.stderr is not None

@@ -154,3 +154,32 @@ def test_dispatched_entries_do_not_pile_up_in_the_deadline_heap() -> None:
         queue.push(Entry("k", 1, float(i), float(i) + 30.0, i))
         assert queue.pop_ready(float(i)) is not None
     assert len(queue._deadlines) < 200
+
+
+def test_a_request_the_upstream_cannot_answer_in_time_expires_before_its_deadline() -> None:
+    # The upstream takes 0.3 s: a request with less than that left would be answered too late.
+    queue: BatchQueue[str] = BatchQueue(max_batch_size=8, max_delay=10.0, max_queue=10)
+    queue.push(Entry("k", 1, 0.0, 1.0, "soon"))
+    queue.push(Entry("k", 1, 0.0, 5.0, "later"))
+    assert queue.next_due(0.0, slack=0.3) == pytest.approx(0.7)  # the timer fires in time
+    assert queue.expire(0.6, slack=0.3) == []
+    assert [e.payload for e in queue.expire(0.7, slack=0.3)] == ["soon"]
+    assert len(queue) == 1 and queue.next_due(0.7, slack=0.3) == pytest.approx(4.7)
+
+
+def test_the_queue_is_bounded_in_bytes_but_a_lone_request_always_fits() -> None:
+    queue: BatchQueue[str] = BatchQueue(
+        max_batch_size=8, max_delay=1.0, max_queue=10, max_bytes=100
+    )
+    big = Entry("k", 1, 0.0, None, "big", nbytes=150)
+    queue.push(big)  # alone: over the bound, but refusing it could never succeed later either
+    with pytest.raises(QueueFull, match="would pass 100 bytes") as raised:
+        queue.push(Entry("k", 1, 0.0, None, "small", nbytes=1))
+    assert raised.value.unit == "bytes" and raised.value.limit == 100
+    assert queue.discard(big) and queue.nbytes == 0
+    for name in ("a", "b"):
+        queue.push(Entry("k", 1, 0.0, None, name, nbytes=50))
+    with pytest.raises(QueueFull):
+        queue.push(Entry("k", 1, 0.0, None, "c", nbytes=1))
+    assert [e.payload for e in queue.pop_ready(1.0) or []] == ["a", "b"]
+    assert queue.nbytes == 0  # dispatched requests no longer count

@@ -152,18 +152,44 @@ async def test_deadline_expiry_drops_the_request_before_dispatch(make_harness: M
     assert h.queued() == 0
 
 
-async def test_the_tightest_deadline_goes_upstream(make_harness: MakeHarness) -> None:
+async def test_a_tight_deadline_never_cuts_its_batch_mates_short(make_harness: MakeHarness) -> None:
     h = await make_harness(max_queue_delay_ms=10_000.0, max_batch_size=3)
-    await asyncio.gather(
-        h.infer(infer_request(b"tight"), deadline_s=20.0),
-        h.infer(infer_request(b"loose"), deadline_s=200.0),
-        h.infer(infer_request(b"none"), deadline_s=None),
-    )
-    assert len(h.fake.calls) == 1
+    h.fake.gate.clear()  # the upstream answers only when told
+    tight = asyncio.ensure_future(h.infer(infer_request(b"tight"), deadline_s=0.5))
+    others = [
+        asyncio.ensure_future(h.infer(infer_request(b"loose"), deadline_s=200.0)),
+        asyncio.ensure_future(h.infer(infer_request(b"none"), deadline_s=None)),
+    ]
+    await h.fake.wait_calls(1)
     (left,) = h.fake.time_left
-    # The tight one's deadline, less what has passed (the wire encodes it coarsely: up to a
-    # tenth of a second more was seen); the loose one's would be ~200 s, and no deadline None.
-    assert left is not None and 0 < left < 21.0
+    # The most patient caller's deadline went upstream (the wire encodes it coarsely), not the
+    # tight one's: the batch may take as long as anyone in it still waits.
+    assert left is not None and 150.0 < left < 202.0
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await tight
+    assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    h.fake.gate.set()
+    answers = await asyncio.gather(*others)
+    assert [a.id for a in answers] == ["loose", "none"]
+
+
+async def test_a_request_the_upstream_cannot_answer_in_time_is_never_sent(
+    make_harness: MakeHarness,
+) -> None:
+    h = await make_harness(max_queue_delay_ms=0.0)
+    await h.infer(infer_request(b"first"))  # the model's batcher exists now
+    batcher = h.service.batchers._batchers[("echo", "")]
+    batcher.upstream_s = 2.0  # as if upstream calls had been taking two seconds
+    expired = metric("inferline_batcher_expired_requests_total")
+    with pytest.raises(grpc.aio.AioRpcError) as raised:
+        await h.infer(infer_request(b"hopeless"), deadline_s=1.0)
+    assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert "less than the 2000.0 ms an upstream call takes" in (raised.value.details() or "")
+    assert "not sent upstream" in (raised.value.details() or "")
+    assert metric("inferline_batcher_expired_requests_total") == expired + 1
+    assert len(h.fake.calls) == 1  # only the first ever reached the upstream
+    await h.infer(infer_request(b"patient"), deadline_s=10.0)
+    assert len(h.fake.calls) == 2
 
 
 async def test_a_cancelled_caller_leaves_its_batch_without_harm(make_harness: MakeHarness) -> None:

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 
 from tritonclient.grpc import service_pb2_grpc
 
+from inferline import capacity
+from inferline.admission import Admission
+from inferline.admission import Limits as AdmissionLimits
 from inferline.imaging.decode import Geometry, Limits
 from inferline.imaging.settings import default_sampling, video_limits
 from inferline.labels import load_labels
@@ -68,6 +71,15 @@ def make_frame_source(config: Config) -> FrameSource:
     )
 
 
+def admission_limits(config: Config) -> AdmissionLimits:
+    return AdmissionLimits(
+        config.max_inflight,
+        config.max_inflight_bytes,
+        floor=config.admission_floor,
+        names=("INFERLINE_MIDDLEMAN_MAX_INFLIGHT", "INFERLINE_MIDDLEMAN_MAX_INFLIGHT_BYTES"),
+    )
+
+
 async def start(config: Config) -> Middleman:
     preprocess = make_preprocessor(config)
     frames = make_frame_source(config)
@@ -81,6 +93,8 @@ async def start(config: Config) -> Middleman:
         config.max_batch,
         config.upstream_timeout_s,
         VideoClassifier(frames, upstream, config.upstream_timeout_s),
+        Admission(admission_limits(config)),
+        config.max_message_bytes,
         config.video_top_k,
     )
     server = await start_server(
@@ -89,7 +103,7 @@ async def start(config: Config) -> Middleman:
         [lambda s: service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(service, s)],
         [SERVICE_NAME],
         host=config.host,
-        max_message_bytes=config.max_message_bytes,
+        max_message_bytes=config.max_message_bytes + capacity.FRAMING_BYTES,
     )
     logger.info("inference upstream %s model %s", config.triton_url, config.triton_model)
     return Middleman(server, preprocess, frames, upstream)

@@ -2,9 +2,10 @@
 
 A request's budget starts when it arrives: the caller's remaining time when it set a deadline
 (longer or shorter than the default, the caller's deadline wins), ``UPSTREAM_TIMEOUT_S`` when it
-set none. Each stage (decoding, then inference) gets what is left when it starts, never less
-than :data:`MIN_STAGE_S`: a stage is never called with a zero or negative timeout, so a request
-whose time is up fails at the next hop with DEADLINE_EXCEEDED, naming that hop.
+set none. Each stage (decoding, then inference) gets what is left when it starts. A stage is
+never started with nothing left: :meth:`Budget.left` raises :class:`Expired` instead, so work
+for a caller who has given up is never sent on (the service answers DEADLINE_EXCEEDED, naming
+the stage, and counts it).
 """
 
 from __future__ import annotations
@@ -13,9 +14,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-MIN_STAGE_S = 0.001
-
 Clock = Callable[[], float]
+
+
+class Expired(Exception):
+    """The deadline passed before ``stage`` could start."""
+
+    def __init__(self, stage: str, overdue_s: float) -> None:
+        super().__init__(
+            f"the deadline passed {overdue_s * 1000:.1f} ms before {stage} could start; "
+            f"the request was not sent to {stage}"
+        )
+        self.stage = stage
 
 
 @dataclass(frozen=True)
@@ -31,6 +41,13 @@ class Budget:
         allowed = default_s if caller_time_left is None else caller_time_left
         return cls(clock() + allowed, clock)
 
-    def left(self) -> float:
-        """The timeout for a stage starting now: what is left, at least :data:`MIN_STAGE_S`."""
-        return max(self.deadline - self.clock(), MIN_STAGE_S)
+    def remaining(self) -> float:
+        """Seconds left (zero or negative once the deadline has passed)."""
+        return self.deadline - self.clock()
+
+    def left(self, stage: str) -> float:
+        """The timeout for ``stage``, starting now; raises :class:`Expired` if nothing is left."""
+        remaining = self.remaining()
+        if remaining <= 0:
+            raise Expired(stage, -remaining)
+        return remaining

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inferline import capacity
 from inferline.config import require
 from inferline.imaging.settings import require_video_settings
 
@@ -40,8 +41,16 @@ class Config:
     video_max_samples: int = 256
     video_chunk_frames: int = 16
     video_top_k: int = 5  # classes per frame when a request names no output
-    max_message_bytes: int = 64 * 1024 * 1024
-    upstream_timeout_s: float = 30.0
+    # The public message limit, named in the refusal; the server's own bound is a little higher
+    # (inferline.capacity), so a request just over it gets that message, not gRPC's.
+    max_message_bytes: int = capacity.MAX_MESSAGE_BYTES
+    # Admission (inferline.admission): the hard bounds on what is in flight, and the
+    # requests in flight below which the throughput estimate is not consulted.
+    max_inflight: int = capacity.ADMITTED_REQUESTS
+    max_inflight_bytes: int = capacity.ADMITTED_BYTES
+    admission_floor: int = capacity.ADMISSION_FLOOR_REQUESTS
+    # The deadline of a request that sets none (each stage gets what is left of it).
+    upstream_timeout_s: float = capacity.DEFAULT_DEADLINE_S
     labels_file: str = ""
     grace_s: float = 5.0
 
@@ -56,5 +65,15 @@ class Config:
         require(self.max_pixels > 0, PREFIX, "max_pixels", "must be positive")
         require(self.video_top_k > 0, PREFIX, "video_top_k", "must be positive")
         require_video_settings(self, PREFIX)
+        require(self.max_inflight > 0, PREFIX, "max_inflight", "must be at least 1")
+        require(self.max_inflight_bytes > 0, PREFIX, "max_inflight_bytes", "must be positive")
+        require(self.admission_floor >= 0, PREFIX, "admission_floor", "must not be negative")
+        require(
+            self.max_message_bytes + capacity.FRAMING_BYTES <= capacity.INNER_MESSAGE_BYTES,
+            PREFIX,
+            "max_message_bytes",
+            f"must be at most {capacity.MAX_MESSAGE_BYTES}: inner hops accept that plus their "
+            "framing (inferline.capacity)",
+        )
         require(self.upstream_timeout_s > 0, PREFIX, "upstream_timeout_s", "must be positive")
         require(self.grace_s >= 0, PREFIX, "grace_s", "must not be negative")

@@ -6,24 +6,30 @@ in :mod:`middleman.inputs`, :mod:`middleman.outputs`, :mod:`middleman.budget` an
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
+import grpc
 from prometheus_client import Counter, Histogram
 from tritonclient.grpc import service_pb2
 
 from inferline import kserve
-from inferline.errors import grpc_boundary, grpc_stream_boundary, invalid
+from inferline.admission import Admission, Overloaded
+from inferline.errors import InferError, grpc_boundary, grpc_stream_boundary, invalid
 from inferline.metrics import LATENCY_BUCKETS
 from inferline.servicer import Context, KServeServicer
 from middleman import inputs, outputs
-from middleman.budget import Budget
+from middleman.budget import Budget, Expired
 from middleman.models import MODEL, MODELS, VIDEO_MODEL, model_config, model_metadata
 from middleman.pipeline import Preprocessor, TritonUpstream
 from middleman.video import VideoClassifier
 
 logger = logging.getLogger(__name__)
+
+REFUSAL_REASONS = ("requests", "bytes", "load", "deadline", "message")
+STAGES = ("decoding", "inference")  # what a request's budget is spent on, in order
 
 IMAGES = Counter("inferline_middleman_images_total", "Images classified", ["model"])
 FRAMES = Counter("inferline_middleman_frames_total", "Video frames classified", ["model"])
@@ -32,6 +38,19 @@ STAGE_SECONDS = Histogram(
     "Time spent in each stage of a request: decode, infer, postprocess",
     ["model", "stage"],
     buckets=LATENCY_BUCKETS,
+)
+REFUSED = Counter(
+    "inferline_middleman_refused_requests_total",
+    "Requests refused at admission, by reason: requests or bytes (a hard bound), load (what is "
+    "in flight would not let it finish in time), message (over the public message limit): "
+    "RESOURCE_EXHAUSTED; deadline (shorter than the pipeline needs at its working load): "
+    "DEADLINE_EXCEEDED",
+    ["model", "reason"],
+)
+EXPIRED = Counter(
+    "inferline_middleman_expired_requests_total",
+    "Requests whose deadline passed before a stage could start (never sent to that stage)",
+    ["model", "stage"],
 )
 
 
@@ -48,11 +67,19 @@ class ClassifierService(KServeServicer):
         max_batch: int,
         default_timeout: float,
         video: VideoClassifier,
+        admission: Admission,
+        max_message_bytes: int,
         video_top_k: int = 5,
     ) -> None:
         self.preprocess, self.upstream, self.video = preprocess, upstream, video
         self.labels, self.max_batch, self.default_timeout = labels, max_batch, default_timeout
+        self.admission, self.max_message_bytes = admission, max_message_bytes
         self.video_top_k = video_top_k
+        for model in MODELS:  # every series from 0, so the first refusal is a rate too
+            for reason in REFUSAL_REASONS:
+                REFUSED.labels(model, reason)
+            for stage in STAGES:
+                EXPIRED.labels(model, stage)
 
     # -- health and metadata ------------------------------------------------------------------
 
@@ -85,21 +112,62 @@ class ClassifierService(KServeServicer):
             raise invalid(
                 f"model {VIDEO_MODEL!r} streams one response per frame: call ModelStreamInfer"
             )
+        self.check_size(request, MODEL)
         counts = outputs.requested(request)
         images = inputs.images(request, self.max_batch)
         budget = Budget.start(context.time_remaining(), self.default_timeout)
-
-        start = time.perf_counter()
-        batch = await self.preprocess(images, budget.left())
-        decoded = time.perf_counter()
-        probabilities = await self.upstream.infer(batch, budget.left())
-        inferred = time.perf_counter()
-        response = outputs.classifier_response(request.id, counts, probabilities, self.labels)
+        with self.admitted(MODEL, len(images), sum(map(len, images)), budget):
+            start = time.perf_counter()
+            batch = await self.preprocess(images, budget.left(STAGES[0]))
+            decoded = time.perf_counter()
+            probabilities = await self.upstream.infer(batch, budget.left(STAGES[1]))
+            inferred = time.perf_counter()
+            response = outputs.classifier_response(request.id, counts, probabilities, self.labels)
         STAGE_SECONDS.labels(MODEL, "decode").observe(decoded - start)
         STAGE_SECONDS.labels(MODEL, "infer").observe(inferred - decoded)
         STAGE_SECONDS.labels(MODEL, "postprocess").observe(time.perf_counter() - inferred)
         IMAGES.labels(MODEL).inc(len(images))
         return response
+
+    def check_size(self, request: service_pb2.ModelInferRequest, model: str) -> None:
+        """The public message limit, named; inner hops accept a little more (their framing)."""
+        size = request.ByteSize()
+        if size > self.max_message_bytes:
+            REFUSED.labels(model, "message").inc()
+            raise InferError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the request is {size} bytes, over the limit of {self.max_message_bytes} "
+                "(INFERLINE_MIDDLEMAN_MAX_MESSAGE_BYTES): send fewer or smaller images per "
+                "request",
+            )
+
+    @contextlib.contextmanager
+    def admitted(self, model: str, items: int, nbytes: int, budget: Budget) -> Iterator[None]:
+        """Hold an admission ticket while the body runs; a body that ends without an exception
+        answered its request, and its items count as the pipeline's throughput.
+
+        A refusal is answered at once, saying why: RESOURCE_EXHAUSTED for the load, or
+        DEADLINE_EXCEEDED for a deadline shorter than the fastest answer the pipeline has given.
+        A stage that could not start in time is DEADLINE_EXCEEDED, naming the stage. All counted.
+        """
+        try:
+            ticket = self.admission.admit(items, nbytes, budget.remaining())
+        except Overloaded as exc:
+            REFUSED.labels(model, exc.reason).inc()
+            code = grpc.StatusCode.RESOURCE_EXHAUSTED
+            if exc.reason == "deadline":  # too short for this pipeline, whatever the load
+                code = grpc.StatusCode.DEADLINE_EXCEEDED
+            raise InferError(code, str(exc)) from None
+        try:
+            yield
+        except Expired as exc:
+            self.admission.release(ticket, completed=False)
+            EXPIRED.labels(model, exc.stage).inc()
+            raise InferError(grpc.StatusCode.DEADLINE_EXCEEDED, str(exc)) from None
+        except BaseException:  # failed, cancelled, or a stream whose caller left
+            self.admission.release(ticket, completed=False)
+            raise
+        self.admission.release(ticket, completed=True)
 
     # -- video --------------------------------------------------------------------------------
 
@@ -111,10 +179,15 @@ class ClassifierService(KServeServicer):
             self.check_model(request.model_name, request.model_version)
             if request.model_name != VIDEO_MODEL:
                 raise invalid(f"model {request.model_name!r} is not streamed: call ModelInfer")
+            self.check_size(request, VIDEO_MODEL)
             counts = outputs.video_requested(request, self.video_top_k)
             video = inputs.video(request)
             remaining = context.time_remaining()
-            async for frame in self.video(video, kserve.parameters(request), remaining):
-                response = outputs.frame_response(request.id, counts, frame, self.labels)
-                FRAMES.labels(VIDEO_MODEL).inc()
-                yield service_pb2.ModelStreamInferResponse(infer_response=response)
+            budget = Budget.start(remaining, self.default_timeout)
+            # A video's frames are not known before it is opened: it counts against the hard
+            # bounds (one request, its bytes), not against the throughput estimate.
+            with self.admitted(VIDEO_MODEL, 0, len(video), budget):
+                async for frame in self.video(video, kserve.parameters(request), remaining):
+                    response = outputs.frame_response(request.id, counts, frame, self.labels)
+                    FRAMES.labels(VIDEO_MODEL).inc()
+                    yield service_pb2.ModelStreamInferResponse(infer_response=response)

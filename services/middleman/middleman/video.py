@@ -23,6 +23,7 @@ from inferline.imaging.decode import DecodeError, Geometry
 from inferline.imaging.streaming import read_chunks
 from inferline.imaging.video import CpuVideoReader, FrameChunk, Sampling, VideoLimits
 from inferline.server import channel_options
+from middleman.budget import Budget
 from middleman.outputs import ClassifiedFrame
 from middleman.pipeline import TritonUpstream
 
@@ -147,9 +148,13 @@ class VideoClassifier:
         self, video: bytes, parameters: Mapping[str, object], time_left: float | None
     ) -> AsyncIterator[ClassifiedFrame]:
         """Every sampled frame, classified, in order; the last one says so."""
+        # A caller's deadline bounds the whole stream; without one, each chunk's inference gets
+        # the default (a long video may take longer than any one default would allow).
+        budget = None if time_left is None else Budget.start(time_left, self.timeout)
         held: ClassifiedFrame | None = None  # one frame back, to mark the last one
         async for chunk in self.frames(video, parameters, time_left):
-            probabilities = await self.upstream.infer(chunk.tensors, self.timeout)
+            timeout = self.timeout if budget is None else budget.left("inference")
+            probabilities = await self.upstream.infer(chunk.tensors, timeout)
             for i in range(len(chunk)):
                 if held is not None:
                     yield held

@@ -1,5 +1,5 @@
 """The deadline budget: the caller's remaining time or the configured default, shared by the
-stages in turn; a stage never gets a timeout of zero or less."""
+stages in turn; a stage is never started once the deadline has passed."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from middleman.budget import MIN_STAGE_S, Budget
+from middleman.budget import Budget, Expired
 
 
 class FakeClock:
@@ -35,29 +35,31 @@ def test_the_callers_deadline_or_else_the_default(
     caller: float | None, default: float, first_stage: float
 ) -> None:
     budget = Budget.start(caller, default, FakeClock(5000.0))
-    assert budget.left() == pytest.approx(first_stage)
+    assert budget.left("decode") == pytest.approx(first_stage)
 
 
 @pytest.mark.parametrize("caller", [0.0, -0.25])
-def test_a_caller_with_no_time_left_gets_the_floor_not_the_default(caller: float) -> None:
+def test_a_caller_with_no_time_left_starts_no_stage(caller: float) -> None:
     budget = Budget.start(caller, 30.0, FakeClock(10.0))
-    assert budget.left() == MIN_STAGE_S
+    with pytest.raises(Expired, match="before decode could start") as raised:
+        budget.left("decode")
+    assert raised.value.stage == "decode"
 
 
 def test_each_stage_gets_what_the_stages_before_it_left() -> None:
     clock = FakeClock(100.0)
     budget = Budget.start(2.0, 30.0, clock)
     clock.advance(0.75)  # decoding
-    assert budget.left() == pytest.approx(1.25)
-    clock.advance(1.25)  # inference took the rest
-    assert budget.left() == MIN_STAGE_S
-    clock.advance(10.0)
-    assert budget.left() == MIN_STAGE_S
+    assert budget.left("inference") == pytest.approx(1.25)
+    clock.advance(1.5)  # inference overran
+    assert budget.remaining() == pytest.approx(-0.25)
+    with pytest.raises(Expired, match=r"250\.0 ms before postprocess"):
+        budget.left("postprocess")
 
 
 @given(
     caller=st.none() | st.floats(-10.0, 1e4),
-    default=st.floats(MIN_STAGE_S, 1e4),
+    default=st.floats(1e-3, 1e4),
     start=st.floats(0.0, 1e6),
     stages=st.lists(st.floats(0.0, 1e3), max_size=6),
 )
@@ -71,8 +73,12 @@ def test_stages_share_one_deadline_and_never_get_a_non_positive_timeout(
     for duration in [0.0, *stages]:
         clock.advance(duration)
         spent += duration
-        left = budget.left()
-        assert left >= MIN_STAGE_S > 0
+        try:
+            left = budget.left("stage")
+        except Expired:
+            assert allowed - spent <= 1e-6 * max(1.0, abs(start))
+            return
+        assert left > 0
         assert left <= previous  # time only runs out
-        assert left == pytest.approx(max(allowed - spent, MIN_STAGE_S), rel=1e-6, abs=1e-6)
+        assert left == pytest.approx(allowed - spent, rel=1e-6, abs=1e-6)
         previous = left

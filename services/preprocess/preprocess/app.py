@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from tritonclient.grpc import service_pb2_grpc
 
+from inferline import admission
 from inferline.imaging.decode import Geometry, Limits
 from inferline.imaging.settings import default_sampling, video_limits
 from inferline.server import RunningServer, start_server
@@ -71,6 +72,10 @@ async def start(config: Config, machine: Machine | None = None) -> Preprocess:
         config.crop,
         config.resize,
     )
+    for reason in ("requests", "bytes"):  # every series from 0
+        metrics.REFUSED.labels(reason)
+    for media in ("image", "video"):
+        metrics.EXPIRED.labels(media)
     metrics.BACKEND.labels(images.name, "image").set(1)
     metrics.BACKEND.labels(video.name, "video").set(1)
     service = PreprocessService(
@@ -82,6 +87,16 @@ async def start(config: Config, machine: Machine | None = None) -> Preprocess:
             sampling=default_sampling(config),
             max_samples=config.video_max_samples,
             video_threads=settings.workers,
+            admission=admission.Admission(
+                admission.Limits(
+                    config.max_inflight,
+                    config.max_inflight_bytes,
+                    names=(
+                        "INFERLINE_PREPROCESS_MAX_INFLIGHT",
+                        "INFERLINE_PREPROCESS_MAX_INFLIGHT_BYTES",
+                    ),
+                )
+            ),
         ),
     )
     server = await start_server(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from inferline import capacity
 from inferline.config import require
 from inferline.imaging.settings import require_video_settings
 
@@ -48,7 +49,10 @@ class Config:
     video_every_n: int = 0
     video_max_samples: int = 256  # frames returned per video, at most
     video_chunk_frames: int = 16  # frames per streamed response
-    max_message_bytes: int = 64 * 1024 * 1024
+    max_message_bytes: int = capacity.INNER_MESSAGE_BYTES
+    # Requests (and their encoded bytes) decoding at once; more are refused (inferline.capacity).
+    max_inflight: int = capacity.PREPROCESS_INFLIGHT_REQUESTS
+    max_inflight_bytes: int = capacity.PREPROCESS_INFLIGHT_BYTES
     grace_s: float = 5.0
 
     def __post_init__(self) -> None:
@@ -62,7 +66,10 @@ class Config:
         require(self.device_id >= 0, PREFIX, "device_id", "must be >= 0")
         require(0 < self.crop <= self.resize, PREFIX, "crop", "must be > 0 and <= resize")
         require(self.max_batch > 0, PREFIX, "max_batch", "must be at least 1")
-        for name in ("max_image_bytes", "max_pixels", "max_message_bytes"):
+        for name in (
+            "max_image_bytes", "max_pixels", "max_message_bytes", "max_inflight",
+            "max_inflight_bytes",
+        ):  # fmt: skip
             require(getattr(self, name) > 0, PREFIX, name, "must be positive")
         require_video_settings(self, PREFIX)
         require(self.grace_s >= 0, PREFIX, "grace_s", "must not be negative")

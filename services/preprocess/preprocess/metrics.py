@@ -32,3 +32,13 @@ ERRORS = Counter(
     "Images and videos refused, by kind (too_large, too_many_pixels, corrupt, ...)",
     ["backend", "media", "kind"],
 )
+REFUSED = Counter(
+    "inferline_preprocess_refused_requests_total",
+    "Requests refused with RESOURCE_EXHAUSTED: too many requests or bytes in flight",
+    ["reason"],
+)
+EXPIRED = Counter(
+    "inferline_preprocess_expired_requests_total",
+    "Requests whose deadline had passed before decoding began (not decoded)",
+    ["media"],
+)

@@ -14,19 +14,22 @@ with INVALID_ARGUMENT.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
 import numpy as np
 import numpy.typing as npt
 from tritonclient.grpc import model_config_pb2, service_pb2
 
 from inferline import kserve
-from inferline.errors import grpc_boundary, grpc_stream_boundary, invalid
+from inferline.admission import Admission, Overloaded, Ticket
+from inferline.errors import InferError, grpc_boundary, grpc_stream_boundary, invalid
 from inferline.imaging.decode import DecodeError, Geometry
 from inferline.imaging.streaming import read_chunks
 from inferline.imaging.video import FrameChunk, Sampling
@@ -52,6 +55,7 @@ class ServiceSettings:
     sampling: Sampling  # when a request names none
     max_samples: int  # the most a request's max_frames may ask for
     video_threads: int
+    admission: Admission  # hard bounds only: requests and bytes decoding at once
 
 
 class PreprocessService(KServeServicer):
@@ -137,8 +141,9 @@ class PreprocessService(KServeServicer):
             raise invalid(f"model {VIDEO_MODEL!r} streams its frames: call ModelStreamInfer")
         wanted = _requested(request, IMAGE_OUTPUTS)
         items = kserve.find_batch(request, "IMAGE", IMAGE_HINT, self.settings.max_batch)
-        start = time.perf_counter()
-        decoded = await self.images.decode(items)
+        with self._admitted(sum(map(len, items)), context, "image"):
+            start = time.perf_counter()
+            decoded = await self.images.decode(items)
         backend = self.images.name
         metrics.DECODE_SECONDS.labels(backend, "image").observe(time.perf_counter() - start)
 
@@ -161,6 +166,27 @@ class PreprocessService(KServeServicer):
         metrics.BYTES_OUT.labels(backend, "image").inc(decoded.tensors.nbytes)
         return response
 
+    @contextlib.contextmanager
+    def _admitted(self, nbytes: int, context: Context, media: str) -> Iterator[Ticket]:
+        """Within the bounds on what decodes at once, and only while the caller still waits."""
+        admission = self.settings.admission
+        try:
+            ticket = admission.admit(0, nbytes, 0.0)
+        except Overloaded as exc:
+            metrics.REFUSED.labels(exc.reason).inc()
+            raise InferError(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)) from None
+        try:
+            remaining = context.time_remaining()
+            if remaining is not None and remaining <= 0:
+                metrics.EXPIRED.labels(media).inc()
+                raise InferError(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    "the deadline had passed before decoding began; nothing was decoded",
+                )
+            yield ticket
+        finally:
+            admission.release(ticket, True)
+
     # -- video --------------------------------------------------------------------------------
 
     @grpc_stream_boundary
@@ -168,11 +194,11 @@ class PreprocessService(KServeServicer):
         self, requests: AsyncIterator[service_pb2.ModelInferRequest], context: Context
     ) -> AsyncIterator[service_pb2.ModelStreamInferResponse]:
         async for request in requests:
-            async for response in self._video(request):
+            async for response in self._video(request, context):
                 yield service_pb2.ModelStreamInferResponse(infer_response=response)
 
     async def _video(
-        self, request: service_pb2.ModelInferRequest
+        self, request: service_pb2.ModelInferRequest, context: Context
     ) -> AsyncIterator[service_pb2.ModelInferResponse]:
         self.check_model(request.model_name, request.model_version)
         if request.model_name != VIDEO_MODEL:
@@ -191,19 +217,20 @@ class PreprocessService(KServeServicer):
 
         loop = asyncio.get_running_loop()
         backend = self.video.name
-        try:
-            reader = await loop.run_in_executor(self.executor, self.video.open, data, sampling)
-            backend = reader.backend
-            metrics.BYTES_IN.labels(backend, "video").inc(len(data))
-            logger.debug("video %r: %s, sampling %s", request.id, reader.header, sampling)
-            async for chunk, seconds in read_chunks(reader, self.executor):
-                metrics.DECODE_SECONDS.labels(backend, "video").observe(seconds)
-                metrics.FRAMES.labels(backend).inc(len(chunk))
-                metrics.BYTES_OUT.labels(backend, "video").inc(chunk.tensors.nbytes)
-                yield self._chunk_response(request, chunk, wanted, final=False)
-        except DecodeError as exc:
-            metrics.ERRORS.labels(backend, "video", exc.kind).inc()
-            raise invalid(f"video: {exc}") from None
+        with self._admitted(len(data), context, "video"):
+            try:
+                reader = await loop.run_in_executor(self.executor, self.video.open, data, sampling)
+                backend = reader.backend
+                metrics.BYTES_IN.labels(backend, "video").inc(len(data))
+                logger.debug("video %r: %s, sampling %s", request.id, reader.header, sampling)
+                async for chunk, seconds in read_chunks(reader, self.executor):
+                    metrics.DECODE_SECONDS.labels(backend, "video").observe(seconds)
+                    metrics.FRAMES.labels(backend).inc(len(chunk))
+                    metrics.BYTES_OUT.labels(backend, "video").inc(chunk.tensors.nbytes)
+                    yield self._chunk_response(request, chunk, wanted, final=False)
+            except DecodeError as exc:
+                metrics.ERRORS.labels(backend, "video", exc.kind).inc()
+                raise invalid(f"video: {exc}") from None
         yield self._chunk_response(request, self._no_frames(), wanted, final=True)
 
     def _no_frames(self) -> FrameChunk:

@@ -1,0 +1,44 @@
+"""The pipeline's limits in one place: message sizes, admission, queues, Envoy's circuit breakers.
+
+Every service's default and the local stack's Envoy take their bounds from here, and
+``common/tests/test_capacity.py`` checks that they agree, so no inner hop refuses what an outer
+hop admitted:
+
+* **messages**: a client's request may be up to :data:`MAX_MESSAGE_BYTES` (middleman's public
+  limit). Inner hops carry the same bytes in their own framing (another model name, other
+  outputs), so preprocess, the batcher and every channel accept :data:`INNER_MESSAGE_BYTES`.
+* **admission**: a middleman serves at most :data:`ADMITTED_REQUESTS` requests, and
+  :data:`ADMITTED_BYTES` of their encoded bytes, at once; beyond that, and whenever the
+  measured throughput says a request cannot finish within its deadline, it refuses at once with
+  RESOURCE_EXHAUSTED instead of queueing work it would finish too late.
+* **queues**: the batcher's queue and preprocess's requests in flight hold what :data:`FAN_IN`
+  middlemen may admit, so with at most that many middleman replicas per batcher or preprocess
+  replica (the Kubernetes autoscaler's bounds are checked against it) they refuse only when
+  something is misconfigured. Their byte bounds are memory guards of each process: a batcher
+  holds tensors, not the encoded images middleman counted.
+* **Envoy**: its circuit breakers sit above all of it. Envoy is never the first to refuse: its
+  overflow is a bare 503 (UNAVAILABLE, which clients retry) with no reason a person can act on.
+"""
+
+from __future__ import annotations
+
+MiB = 1024 * 1024
+
+MAX_MESSAGE_BYTES = 64 * MiB
+FRAMING_BYTES = 64 * 1024  # room for one hop's own fields around the same payload
+INNER_MESSAGE_BYTES = MAX_MESSAGE_BYTES + FRAMING_BYTES
+
+ADMITTED_REQUESTS = 256
+ADMITTED_BYTES = 256 * MiB
+# Below this many requests in flight middleman admits without consulting its throughput
+# estimate: too little is in flight then for the estimate to mean anything.
+ADMISSION_FLOOR_REQUESTS = 32
+DEFAULT_DEADLINE_S = 30.0  # what a request without a deadline gets
+
+FAN_IN = 5  # middleman replicas per batcher (and per preprocess) replica, at most
+BATCHER_QUEUE_REQUESTS = ADMITTED_REQUESTS * FAN_IN
+BATCHER_QUEUE_BYTES = 512 * MiB
+PREPROCESS_INFLIGHT_REQUESTS = ADMITTED_REQUESTS * FAN_IN
+PREPROCESS_INFLIGHT_BYTES = 512 * MiB
+
+ENVOY_MAX_REQUESTS = 4096  # per cluster: requests in flight and pending, each

@@ -1,0 +1,64 @@
+"""The deployed limits agree (inferline.capacity): with the autoscalers at their most middleman
+replicas, the batchers and preprocess replicas hold all that those middlemen admit, and no
+manifest overrides a bound so that an inner hop would refuse first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from inferline import capacity
+from k8s.tests.manifests import OVERLAYS, containers, find, render
+
+BOUNDS = (
+    "INFERLINE_MIDDLEMAN_MAX_INFLIGHT",
+    "INFERLINE_BATCHER_MAX_QUEUE",
+    "INFERLINE_PREPROCESS_MAX_INFLIGHT",
+    "INFERLINE_MIDDLEMAN_MAX_MESSAGE_BYTES",
+    "INFERLINE_BATCHER_MAX_MESSAGE_BYTES",
+    "INFERLINE_PREPROCESS_MAX_MESSAGE_BYTES",
+)
+
+
+def most_replicas(objects: list[dict[str, Any]], name: str) -> int:
+    hpas = [
+        o
+        for o in objects
+        if o["kind"] == "HorizontalPodAutoscaler" and o["spec"]["scaleTargetRef"]["name"] == name
+    ]
+    if hpas:
+        return int(hpas[0]["spec"]["maxReplicas"])
+    return int(find(objects, "Deployment", name)["spec"].get("replicas", 1))
+
+
+def fewest_replicas(objects: list[dict[str, Any]], name: str) -> int:
+    hpas = [
+        o
+        for o in objects
+        if o["kind"] == "HorizontalPodAutoscaler" and o["spec"]["scaleTargetRef"]["name"] == name
+    ]
+    if hpas:
+        return int(hpas[0]["spec"].get("minReplicas", 1))
+    return int(find(objects, "Deployment", name)["spec"].get("replicas", 1))
+
+
+@pytest.mark.parametrize("target", [f"overlays/{o}" for o in OVERLAYS])
+def test_inner_replicas_hold_what_the_most_middlemen_admit(target: str) -> None:
+    objects = render(target)
+    middlemen = most_replicas(objects, "middleman")
+    for inner in ("batcher", "preprocess"):
+        replicas = fewest_replicas(objects, inner)
+        assert middlemen <= capacity.FAN_IN * replicas, (
+            f"{target}: up to {middlemen} middlemen admit {capacity.ADMITTED_REQUESTS} requests "
+            f"each, more than {replicas} {inner} replicas hold ({capacity.FAN_IN} middlemen each)"
+        )
+
+
+@pytest.mark.parametrize("target", [f"overlays/{o}" for o in OVERLAYS])
+def test_no_manifest_overrides_a_bound(target: str) -> None:
+    # The bounds come from inferline.capacity's defaults, so they agree by construction; a
+    # manifest that sets one must be checked against the others first (then change this test).
+    for container in containers(render(target)):
+        overridden = sorted(set(container.env()) & set(BOUNDS))
+        assert not overridden, f"{container.where} sets {overridden}"
