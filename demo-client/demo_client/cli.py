@@ -106,6 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="requests in flight (default 8)",
     )
     add(
+        "--rate",
+        metavar="R",
+        type=_positive_float,
+        default=None,
+        help="open loop: Poisson arrivals at R requests/s, up to --concurrency in flight "
+        "(default: a closed loop of --concurrency callers, each backing off when refused)",
+    )
+    add(
         "--batch", metavar="N", type=_positive_int, default=1, help="images per request (default 1)"
     )
     add(
@@ -212,6 +220,7 @@ async def load_command(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         duration_s=duration,
         count=args.count,
+        rate=args.rate,
     )
     info = RunInfo(
         target=args.target,

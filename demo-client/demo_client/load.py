@@ -194,7 +194,27 @@ def _record(recorder: Recorder, latency_s: float, items: int, error: str | None)
     if error is None:
         recorder.record_ok(latency_s, items)
     else:
-        recorder.record_error(error)
+        recorder.record_error(error, latency_s)
+
+
+class Backoff:
+    """How long a closed-loop worker pauses after the server refused it for load: doubling from
+    ``first_s`` to ``most_s``, with full jitter (a random share of it, so refused workers do not
+    come back in step), and reset by any other answer — what a well-behaved client does, since
+    coming straight back only spends the server's CPU on more refusals."""
+
+    def __init__(self, first_s: float = 0.1, most_s: float = 10.0) -> None:
+        self.first_s, self.most_s = first_s, most_s
+        self.next_s = first_s
+
+    def after(self, error: str | None) -> float:
+        """The pause before the next request, given how the last one ended."""
+        if error != "RESOURCE_EXHAUSTED":
+            self.next_s = self.first_s
+            return 0.0
+        pause = random.uniform(0.0, self.next_s)
+        self.next_s = min(self.next_s * 2, self.most_s)
+        return pause
 
 
 @dataclass(frozen=True)
@@ -210,8 +230,10 @@ class _Run:
 
 
 async def _worker(run: _Run, client: Any) -> None:
-    """Closed loop: one request at a time until the deadline or the count."""
+    """Closed loop: one request at a time until the deadline or the count, pausing (Backoff)
+    after a refusal for load."""
     loop = asyncio.get_running_loop()
+    backoff = Backoff()
     while run.deadline is None or loop.time() < run.deadline:
         request = run.requests.take()
         if request is None:
@@ -220,6 +242,9 @@ async def _worker(run: _Run, client: Any) -> None:
         error = await send(client, run.config.model, request, run.config.timeout_s)
         if sent >= run.measure_from:
             _record(run.recorder, loop.time() - sent, request.items, error)
+        pause = backoff.after(error)
+        if pause:
+            await asyncio.sleep(pause)
 
 
 async def _arrivals(run: _Run, rate: float) -> None:

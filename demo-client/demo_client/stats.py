@@ -16,7 +16,8 @@ Clock = Callable[[], float]
 
 @dataclass(frozen=True)
 class Summary:
-    """What a run did. Latency percentiles cover successful requests only."""
+    """What a run did. Latency percentiles cover successful requests only; ``failed_p99_ms`` is
+    how long the failed ones took to fail (a refusal should be fast)."""
 
     images: int
     requests: int
@@ -29,6 +30,7 @@ class Summary:
     concurrency: int
     batch: int
     errors_by_code: dict[str, int] = field(default_factory=dict)
+    failed_p99_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (``None`` where there is no latency to report)."""
@@ -90,6 +92,7 @@ class Recorder:
         self._window = WindowRate(window_s)
         self._latencies = array("d")  # 8 bytes a request: long runs stay small
         self._late = array("d")
+        self._failed = array("d")  # latency of failed requests whose latency is known
         self._errors: Counter[str] = Counter()
         self._images = 0
         self._started: float | None = None
@@ -113,10 +116,13 @@ class Recorder:
         self._images += images
         self._window.add(self._clock(), images)
 
-    def record_error(self, code: str) -> None:
-        """A failed request, by gRPC status code name (``UNAVAILABLE``, …)."""
+    def record_error(self, code: str, latency_s: float | None = None) -> None:
+        """A failed request, by gRPC status code name (``UNAVAILABLE``, …), and how long it took
+        to fail when known."""
         self.start()
         self._errors[code] += 1
+        if latency_s is not None:
+            self._failed.append(latency_s)
 
     def record_late(self, late_s: float) -> None:
         """Open loop: a request went out ``late_s`` seconds after it was due (the generator
@@ -191,4 +197,5 @@ class Recorder:
             concurrency=self.concurrency,
             batch=self.batch,
             errors_by_code=self.errors_by_code,
+            failed_p99_ms=percentiles_ms(self._failed, (99.0,))[0],
         )

@@ -13,6 +13,7 @@ from tritonclient.utils import InferenceServerException
 from demo_client.classify import classify, format_prediction, parse_entry
 from demo_client.client import NotReadyError, open_clients, wait_ready
 from demo_client.load import (
+    Backoff,
     InferRequest,
     LoadConfig,
     Requests,
@@ -269,3 +270,15 @@ async def test_wait_ready_gives_up_with_the_reason(target: str, unused_target: s
     async with open_clients(unused_target) as clients:
         with pytest.raises(NotReadyError, match="UNAVAILABLE"):
             await wait_ready(clients[0], unused_target, "classifier", wait_s=0.3)
+
+
+def test_a_refused_worker_backs_off_doubling_with_jitter_and_resets_on_an_answer() -> None:
+    backoff = Backoff(first_s=0.05, most_s=0.4)
+    ceilings = []
+    for _ in range(6):
+        ceilings.append(backoff.next_s)
+        assert 0.0 <= backoff.after("RESOURCE_EXHAUSTED") <= ceilings[-1]
+    assert ceilings == [0.05, 0.1, 0.2, 0.4, 0.4, 0.4]
+    assert backoff.after("UNAVAILABLE") == 0.0  # only a refusal for load pauses
+    assert backoff.next_s == 0.05
+    assert backoff.after(None) == 0.0
