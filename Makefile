@@ -15,7 +15,7 @@ BENCH_BATCHER_ARGS ?=
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup model up down status scale demo grafana images deploy undeploy verify-cluster k8s-envoy checkov test lint check-packages format bench bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher clean
+.PHONY: help setup model up down status scale demo grafana images deploy undeploy verify-cluster k8s-envoy checkov test lint check-packages format bench bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload soak clean
 
 help: ## list the targets
 	@echo "inferline — scale-out inference pipeline (see README.md)"
@@ -127,7 +127,7 @@ format: setup ## apply ruff's formatting and safe fixes
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
-bench: bench-e2e bench-preprocess bench-eds bench-batcher ## every benchmark
+bench: bench-e2e bench-preprocess bench-eds bench-batcher bench-overload ## every benchmark
 
 bench-e2e: model ## model-only (ONNX Runtime) vs end-to-end images/s -> bench/results/e2e.json
 	$(PY) -m bench.e2e
@@ -143,6 +143,19 @@ bench-eds: setup ## control plane + Envoy: convergence, Envoy-hop latency, ADS f
 
 bench-batcher: setup ## batcher vs no batching vs Triton's own, on a SIMULATED GPU -> bench/results/batcher.json
 	$(PY) -m bench.batcher $(BENCH_BATCHER_ARGS)
+
+OVERLOAD_ARGS ?=
+
+bench-overload: model ## capacity, then 10x it (closed and open loop): goodput, refusals, memory, recovery -> bench/results/overload.json
+	$(PY) -m bench.overload $(OVERLOAD_ARGS)
+
+# `make soak DURATION=180`: DURATION only when given (its default is the demo's, too short here).
+SOAK_DURATION := $(if $(filter command line environment,$(origin DURATION)),$(DURATION),600)
+
+SOAK_ARGS ?=
+
+soak: model ## 70% of capacity, Triton scaled every minute, DURATION=600 s: failures and RSS/fd slopes -> bench/results/soak.json
+	$(PY) -m bench.soak --duration $(SOAK_DURATION) $(SOAK_ARGS)
 
 clean: down ## remove generated files (the venv stays)
 	rm -rf .run build

@@ -43,6 +43,22 @@ def encode(rgb: npt.NDArray[np.uint8], fmt: str = "JPEG", **params: object) -> b
     return buffer.getvalue()
 
 
+def padded_jpeg(jpeg: bytes, size: int) -> bytes:
+    """``jpeg`` made exactly ``size`` bytes long with comment (COM) segments after its SOI
+    marker: still a valid JPEG of the same picture, only bigger."""
+    pad = size - len(jpeg)
+    if pad < 0 or 0 < pad < 4:
+        raise ValueError(f"cannot pad {len(jpeg)} bytes to {size}: a segment takes 4 at least")
+    segments = []
+    while pad:
+        body = min(pad - 4, 65533)
+        if 0 < pad - 4 - body < 4:  # leave room for a last segment of its own
+            body -= 4
+        segments.append(b"\xff\xfe" + (body + 2).to_bytes(2, "big") + b"\0" * body)
+        pad -= body + 4
+    return jpeg[:2] + b"".join(segments) + jpeg[2:]
+
+
 def cat_jpeg() -> bytes:
     return encode(photo("chelsea"), "JPEG", quality=92)
 

@@ -1,0 +1,297 @@
+"""Overload, measured: the pipeline's capacity, a crowd of ten times it (closed and open
+loop), how fast refusals come, each process's memory meanwhile, and how soon latency recovers
+once the crowd leaves. Shared by the overload test (tests/e2e/test_overload.py) and
+``make bench-overload``, so the figures in the note and the ones asserted come from one code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from demo_client.client import open_clients
+from demo_client.load import LoadConfig, run_load
+from demo_client.stats import Recorder, Summary, percentiles_ms
+from inferline_stack.config import StackConfig
+from inferline_stack.processes import ProcessTable
+from inferline_testing.procfs import group_usage
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One row of the overload table."""
+
+    name: str
+    offered: str  # what was offered: "closed 32" or "open 440/s"
+    summary: Summary
+    peak_rss: dict[str, int] = field(default_factory=dict)  # process -> bytes, during the phase
+
+    @property
+    def goodput(self) -> float:
+        return self.summary.images_per_s
+
+    def row(self) -> dict[str, object]:
+        s = self.summary
+        return {
+            "phase": self.name,
+            "offered": self.offered,
+            "images_per_s": round(s.images_per_s, 1),
+            "requests": s.requests,
+            "failed": s.errors,
+            "failed_by_code": s.errors_by_code,
+            "p99_ms": None if s.p99_ms is None else round(s.p99_ms, 1),
+            "refusal_p99_ms": None if s.failed_p99_ms is None else round(s.failed_p99_ms, 1),
+            "peak_rss_mib": {k: round(v / MiB) for k, v in sorted(self.peak_rss.items())},
+            "peak_rss_total_mib": round(sum(self.peak_rss.values()) / MiB),
+        }
+
+
+def stack_groups(config: StackConfig) -> dict[str, int]:
+    """{process name: its process group} of the stack's running processes."""
+    table = ProcessTable(Path(config.run_dir))
+    return {name: pid for name in table.names() if (pid := table.pid(name)) is not None}
+
+
+@contextlib.asynccontextmanager
+async def peak_rss(
+    groups: Mapping[str, int], every_s: float = 0.25
+) -> AsyncIterator[dict[str, int]]:
+    """The most resident memory each process group reached while the block ran (sampled)."""
+    peaks = {name: 0 for name in groups}
+
+    def sample() -> None:
+        for name, pgid in groups.items():
+            peaks[name] = max(peaks[name], group_usage(pgid).rss_bytes)
+
+    async def sampler() -> None:
+        while True:
+            await asyncio.to_thread(sample)
+            await asyncio.sleep(every_s)
+
+    task = asyncio.create_task(sampler())
+    try:
+        yield peaks
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        sample()
+
+
+async def offer(
+    target: str,
+    images: Sequence[bytes],
+    *,
+    duration_s: float,
+    concurrency: int,
+    rate: float | None = None,
+    timeout_s: float = 5.0,
+    channels: int = 4,
+    warmup_s: float = 0.0,
+) -> Summary:
+    """The demo client's load: ``concurrency`` closed-loop callers, or (``rate``) an open loop
+    with up to ``concurrency`` in flight; every request with a ``timeout_s`` deadline. The first
+    ``warmup_s`` seconds are sent but not recorded."""
+    config = LoadConfig(
+        concurrency=concurrency,
+        duration_s=duration_s,
+        rate=rate,
+        timeout_s=timeout_s,
+        seed=1,
+        warmup_s=warmup_s,
+    )
+    recorder = Recorder(concurrency=concurrency)
+    async with open_clients(target, channels) as clients:
+        return await run_load(clients, config, list(images), recorder)
+
+
+@dataclass(frozen=True)
+class Sample:
+    sent: float  # loop time
+    latency_s: float
+    error: str | None
+
+
+async def probe(
+    target: str,
+    images: Sequence[bytes],
+    duration_s: float,
+    pace_s: float = 0.02,
+    timeout_s: float = 5.0,
+) -> list[Sample]:
+    """One caller, one request at a time, at most one every ``pace_s`` (a refused caller that
+    came straight back would be a load of its own), keeping each request's send time and
+    latency; in a process of its own (:mod:`inferline_testing.paced_probe`), so that a crowd
+    generated in this one does not slow what it sees. One caller: two would fall in and out of
+    step with each other's batches."""
+    with tempfile.TemporaryDirectory(prefix="inferline-probe-") as tmp:
+        paths = []
+        for i, image in enumerate(images):
+            paths.append(Path(tmp) / f"{i}.jpg")
+            paths[-1].write_bytes(image)
+        argv = ["--target", target, "--duration", str(duration_s), "--pace", str(pace_s)]
+        argv += ["--timeout", str(timeout_s), *map(str, paths)]
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "inferline_testing.paced_probe", *argv,
+            stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, _ = await process.communicate()
+    if process.returncode:
+        raise RuntimeError(f"the probe failed (exit {process.returncode})")
+    return [Sample(sent, latency, error) for sent, latency, error in json.loads(out)]
+
+
+def p99_ms(samples: Sequence[Sample], error: str | None = None) -> float | None:
+    """p99 latency of the samples that ended with ``error`` (None: the successes)."""
+    return percentiles_ms([s.latency_s for s in samples if s.error == error], (99.0,))[0]
+
+
+def recovered_after(samples: Sequence[Sample], since: float, bound_s: float) -> float | None:
+    """Seconds from ``since`` to the first request after which every request succeeded within
+    ``bound_s``; None if that never happened."""
+    later = [s for s in samples if s.sent >= since]
+    for i, sample in enumerate(later):
+        if all(s.error is None and s.latency_s <= bound_s for s in later[i:]):
+            return sample.sent - since
+    return None
+
+
+@dataclass(frozen=True)
+class Spike:
+    summary: Summary  # the crowd's own view
+    probe: list[Sample]  # one paced caller, from the end of the crowd's warm-up on
+    ended: float  # loop time the crowd stopped sending
+
+    @property
+    def during(self) -> list[Sample]:
+        return [s for s in self.probe if s.sent < self.ended]
+
+    def refusal_p99_ms(self) -> float | None:
+        """How fast a caller arriving during the crowd is refused (p99)."""
+        return p99_ms(self.during, "RESOURCE_EXHAUSTED")
+
+
+async def spike(
+    target: str,
+    images: Sequence[bytes],
+    *,
+    duration_s: float,
+    concurrency: int,
+    rate: float | None = None,
+    warmup_s: float = 0.0,
+    after_s: float = 10.0,
+) -> Spike:
+    """Offer a crowd (:func:`offer`), with a paced probe from the end of its warm-up until
+    ``after_s`` after it stopped sending (the requests it has in flight then still finish:
+    what the probe sees then is the recovery)."""
+    loop = asyncio.get_running_loop()
+    ends = loop.time() + warmup_s + duration_s
+    crowd = asyncio.create_task(
+        offer(
+            target,
+            images,
+            duration_s=duration_s,
+            concurrency=concurrency,
+            rate=rate,
+            warmup_s=warmup_s,
+        )
+    )
+    await asyncio.sleep(warmup_s)
+    samples = await probe(target, images, ends + after_s - loop.time())
+    return Spike(await crowd, samples, ends)
+
+
+# The SIMULATED GPU of the overload runs: slow enough that the model, not the two cores of the
+# machine the tests run on, is the bottleneck: a batch of 8 takes 180 ms (44 images/s).
+SIMULATED = {
+    "model": "simulated_gpu",
+    "triton_args": "--simulated-t0-ms 100 --simulated-k-ms 10 --max-batch-size 8",
+}
+CAPACITY_CALLERS = 64
+CROWD_CALLERS = 1024
+CROWD_FACTOR = 10.0
+# Not measured: the crowd's first seconds, while the burst of all its callers starting in the
+# same millisecond is refused (a thousand requests queued at once take a few hundred ms).
+CROWD_WARMUP_S = 5.0
+DEADLINE_S = 5.0
+
+
+def recovery_bound_s(unloaded_p99_ms: float) -> float:
+    """Recovered: every request within the unloaded p99, plus 25% and 20 ms of noise."""
+    return (unloaded_p99_ms * 1.25 + 20.0) / 1000.0
+
+
+@dataclass(frozen=True)
+class Report:
+    unloaded_p99_ms: float
+    capacity: Phase
+    crowds: list[tuple[Phase, Spike]]
+
+    @property
+    def recovery_bound_s(self) -> float:
+        return recovery_bound_s(self.unloaded_p99_ms)
+
+    def goodput_ratio(self, crowd: Phase) -> float:
+        return crowd.goodput / self.capacity.goodput
+
+    def recovered_after_s(self, spike: Spike) -> float | None:
+        return recovered_after(spike.probe, spike.ended, self.recovery_bound_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        rows = [self.capacity.row()]
+        for phase, spike in self.crowds:
+            refusal = spike.refusal_p99_ms()
+            recovered = self.recovered_after_s(spike)
+            rows.append(
+                {
+                    **phase.row(),
+                    "goodput_ratio": round(self.goodput_ratio(phase), 3),
+                    "probe_refusal_p99_ms": None if refusal is None else round(refusal, 1),
+                    "recovered_after_s": None if recovered is None else round(recovered, 2),
+                }
+            )
+        return {
+            "deadline_s": DEADLINE_S,
+            "unloaded_p99_ms": round(self.unloaded_p99_ms, 1),
+            "recovery_bound_ms": round(self.recovery_bound_s * 1000, 1),
+            "capacity_images_per_s": round(self.capacity.goodput, 1),
+            "phases": rows,
+        }
+
+
+async def measure(config: StackConfig, images: list[bytes], duration_s: float) -> Report:
+    """Capacity, then the closed crowd and the open crowd, each ``duration_s`` long, each with
+    the probe during it and for the recovery after it."""
+    target = f"127.0.0.1:{config.public_port}"
+    groups = stack_groups(config)
+    await offer(target, images, duration_s=3.0, concurrency=CAPACITY_CALLERS)  # warm up
+    unloaded = p99_ms(await probe(target, images, 5.0)) or 0.0
+    async with peak_rss(groups) as peaks:
+        summary = await offer(target, images, duration_s=duration_s, concurrency=CAPACITY_CALLERS)
+    capacity = Phase("capacity", f"closed {CAPACITY_CALLERS}", summary, dict(peaks))
+    rate = capacity.goodput * CROWD_FACTOR
+    crowds = []
+    for name, concurrency, crowd_rate, offered in (
+        ("closed crowd", CROWD_CALLERS, None, f"closed {CROWD_CALLERS}"),
+        ("open crowd", 4 * CROWD_CALLERS, rate, f"open {rate:.0f}/s"),
+    ):
+        async with peak_rss(groups) as peaks:
+            result = await spike(
+                target,
+                images,
+                duration_s=duration_s,
+                concurrency=concurrency,
+                rate=crowd_rate,
+                warmup_s=CROWD_WARMUP_S,
+            )
+        crowds.append((Phase(name, offered, result.summary, dict(peaks)), result))
+    return Report(unloaded, capacity, crowds)
