@@ -7,6 +7,7 @@ import functools
 import json
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +20,7 @@ from inferline_stack.health import wait_ready
 from inferline_stack.processes import ProcessTable
 from inferline_stack.stack import down, up
 from inferline_testing import media
+from inferline_testing.overload import SIMULATED
 from inferline_testing.ports import config_on_free_ports, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,6 +56,19 @@ def local_stack(run_dir: Path, **overrides: Any) -> Iterator[StackConfig]:
         yield config
     finally:
         down(config, table)
+
+
+@contextmanager
+def overload_stack(model: str, name: str) -> Iterator[StackConfig]:
+    """The local stack for the overload benchmarks: ``model`` ``simulated`` (the slow simulated
+    GPU of inferline_testing.overload) or ``real`` (EfficientNet-Lite0 on the CPU)."""
+    overrides = dict(SIMULATED) if model == "simulated" else {}
+    repository = str(ROOT / "build" / "model_repository")
+    with (
+        tempfile.TemporaryDirectory(prefix=f"inferline-{name}-") as tmp,
+        local_stack(Path(tmp), model_repository=repository, **overrides) as config,
+    ):
+        yield config
 
 
 @contextmanager

@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from bench.benchlib import ROOT, jpegs, local_stack, write_result
-from inferline_testing.overload import SIMULATED, measure
+from bench.benchlib import jpegs, overload_stack, write_result
+from inferline_testing.overload import measure
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -63,11 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=60.0, help="seconds per phase")
     args = parser.parse_args(argv)
     images = jpegs(8, 640, 480, (85, 90))
-    with tempfile.TemporaryDirectory(prefix="inferline-overload-") as tmp:
-        overrides = dict(SIMULATED) if args.model == "simulated" else {}
-        repository = ROOT / "build" / "model_repository"
-        with local_stack(Path(tmp), model_repository=str(repository), **overrides) as config:
-            report = asyncio.run(measure(config, images, args.duration))
+    with overload_stack(args.model, "overload") as config:
+        report = asyncio.run(measure(config, images, args.duration))
     result = {"model": args.model, **report.to_dict()}
     print_table(result)
     print(f"written to {write_result('overload', result)}")

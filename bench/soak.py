@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.benchlib import ROOT, jpegs, local_stack, write_result
+from bench.benchlib import jpegs, overload_stack, write_result
 from inferline_stack.config import TRITON, StackConfig
 from inferline_stack.processes import ProcessTable
 from inferline_stack.scale import scale
-from inferline_testing.overload import CAPACITY_CALLERS, DEADLINE_S, SIMULATED, offer, stack_groups
+from inferline_testing.overload import CAPACITY_CALLERS, DEADLINE_S, offer, stack_groups
 from inferline_testing.procfs import group_usage
 
 MiB = 1024 * 1024
@@ -155,11 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fd-slope", type=float, default=2.0, help="fds/min counted as flat")
     args = parser.parse_args(argv)
     images = jpegs(8, 640, 480, (85, 90))
-    with tempfile.TemporaryDirectory(prefix="inferline-soak-") as tmp:
-        overrides = dict(SIMULATED) if args.model == "simulated" else {}
-        repository = ROOT / "build" / "model_repository"
-        with local_stack(Path(tmp), model_repository=str(repository), **overrides) as config:
-            result = asyncio.run(soak(config, images, args.duration))
+    with overload_stack(args.model, "soak") as config:
+        result = asyncio.run(soak(config, images, args.duration))
     result = {"model": args.model, **result}
     print(
         f"{result['duration_s']:.0f} s at {result['offered_per_s']}/s (70% of "

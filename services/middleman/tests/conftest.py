@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 import numpy as np
 import numpy.typing as npt
+import pytest
 import pytest_asyncio
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
@@ -176,3 +177,19 @@ def bytes_request(
     request.inputs.add(name=name, datatype="BYTES", shape=[len(items)] if shape is None else shape)
     request.raw_input_contents.append(b"".join(struct.pack("<I", len(i)) + i for i in items))
     return request
+
+
+async def call(
+    url: str, request: service_pb2.ModelInferRequest, deadline_s: float | None = None
+) -> service_pb2.ModelInferResponse:
+    """``ModelInfer`` on ``url`` over a channel of its own."""
+    async with grpc.aio.insecure_channel(url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        return await stub.ModelInfer(request, timeout=deadline_s)
+
+
+async def rpc_error(url: str, request: service_pb2.ModelInferRequest) -> grpc.aio.AioRpcError:
+    """The error ``request`` is answered with (the test fails if it succeeds)."""
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call(url, request)
+    return caught.value

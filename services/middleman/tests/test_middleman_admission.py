@@ -10,11 +10,11 @@ import time
 import grpc
 import pytest
 from prometheus_client import REGISTRY
-from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.grpc import service_pb2
 
 from inferline_testing.waits import wait_for_state
 
-from .conftest import Fake, MakeMiddleman, bytes_request
+from .conftest import Fake, MakeMiddleman, bytes_request, call, rpc_error
 
 IMAGES = [b"first image", b"second image"]
 WAIT_S = 30.0
@@ -27,30 +27,18 @@ def refused(reason: str) -> float:
     return value or 0.0
 
 
-async def call(
-    url: str, request: service_pb2.ModelInferRequest, deadline_s: float | None = 10.0
-) -> service_pb2.ModelInferResponse:
-    async with grpc.aio.insecure_channel(url) as channel:
-        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        return await stub.ModelInfer(request, timeout=deadline_s)
-
-
-async def refusal(url: str, request: service_pb2.ModelInferRequest) -> grpc.aio.AioRpcError:
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await call(url, request)
-    return caught.value
-
-
 async def test_beyond_max_inflight_is_refused_at_once_and_never_sent_on(
     make_middleman: MakeMiddleman, fake_preprocess: Fake
 ) -> None:
     url = await make_middleman(max_inflight=2, admission_floor=100)
     fake_preprocess.servicer.gate.clear()
-    held = [asyncio.ensure_future(call(url, bytes_request(IMAGES))) for _ in range(2)]
+    held = [
+        asyncio.ensure_future(call(url, bytes_request(IMAGES), deadline_s=10.0)) for _ in range(2)
+    ]
     await wait_for_state(lambda: len(fake_preprocess.servicer.calls) == 2, WAIT_S, "2 decoding")
     before = refused("requests")
     start = time.perf_counter()
-    error = await refusal(url, bytes_request(IMAGES))
+    error = await rpc_error(url, bytes_request(IMAGES))
     print(f"refused in {(time.perf_counter() - start) * 1000:.1f} ms")
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "2 requests are in flight" in (error.details() or "")
@@ -60,7 +48,7 @@ async def test_beyond_max_inflight_is_refused_at_once_and_never_sent_on(
     fake_preprocess.servicer.gate.set()
     answers = await asyncio.gather(*held)
     assert all(a.outputs for a in answers)  # the admitted ones were not harmed
-    await call(url, bytes_request(IMAGES))  # and there is room again
+    await call(url, bytes_request(IMAGES), deadline_s=10.0)  # and there is room again
 
 
 async def test_beyond_max_inflight_bytes_is_refused(
@@ -70,7 +58,7 @@ async def test_beyond_max_inflight_bytes_is_refused(
     fake_preprocess.servicer.gate.clear()
     held = asyncio.ensure_future(call(url, bytes_request([b"x" * 30])))
     await wait_for_state(lambda: len(fake_preprocess.servicer.calls) == 1, WAIT_S, "decoding")
-    error = await refusal(url, bytes_request([b"y" * 11]))
+    error = await rpc_error(url, bytes_request([b"y" * 11]))
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "41 bytes would be in flight" in (error.details() or "")
     assert "INFERLINE_MIDDLEMAN_MAX_INFLIGHT_BYTES=40" in (error.details() or "")
@@ -83,7 +71,7 @@ async def test_what_would_not_finish_in_time_is_refused_and_the_rest_is_answered
 ) -> None:
     url = await make_middleman(admission_floor=0, max_inflight=10_000)
     for _ in range(20):  # a throughput to measure: 40 items, fast
-        await call(url, bytes_request(IMAGES))
+        await call(url, bytes_request(IMAGES), deadline_s=10.0)
     fake_preprocess.servicer.gate.clear()
     before = refused("load")
     admitted: list[asyncio.Future[service_pb2.ModelInferResponse]] = []
@@ -118,7 +106,7 @@ async def test_the_public_message_limit_is_exact_and_named(
     if not over:
         await call(url, request)
         return
-    error = await refusal(url, request)
+    error = await rpc_error(url, request)
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert (error.details() or "") == (
         f"the request is {limit + 1} bytes, over the limit of {limit} "

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc.aio as triton
 from prometheus_client import REGISTRY
-from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.grpc import service_pb2
 
 from inferline.labels import load_labels
 
@@ -18,25 +18,13 @@ from .conftest import (
     Fake,
     MakeMiddleman,
     bytes_request,
+    call,
     carries_deadline,
+    rpc_error,
 )
 
 HOPS = {"inference": "fake_triton", "preprocess": "fake_preprocess"}
 IMAGES = [b"first image", b"second image"]
-
-
-async def call(
-    url: str, request: service_pb2.ModelInferRequest, deadline_s: float | None = None
-) -> service_pb2.ModelInferResponse:
-    async with grpc.aio.insecure_channel(url) as channel:
-        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        return await stub.ModelInfer(request, timeout=deadline_s)
-
-
-async def rpc_error(url: str, request: service_pb2.ModelInferRequest) -> grpc.aio.AioRpcError:
-    with pytest.raises(grpc.aio.AioRpcError) as caught:
-        await call(url, request)
-    return caught.value
 
 
 @pytest.mark.parametrize("hop", sorted(HOPS))
