@@ -112,8 +112,8 @@ class ModelBatcher:
         self.queue: BatchQueue[Pending] = BatchQueue(
             max_batch_size, settings.max_queue_delay_s, settings.max_queue, settings.max_queue_bytes
         )
-        # How long an upstream call takes (a moving average of the last ones): a request whose
-        # deadline leaves less is not sent, since its answer would come too late.
+        # How long an answered upstream call takes (a moving average of the last ones): a
+        # request whose deadline leaves less is not sent, since its answer would come too late.
         self.upstream_s = 0.0
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
@@ -245,9 +245,7 @@ class ModelBatcher:
         finally:
             self.metrics.in_flight.dec()
             if entries:
-                took = self._loop.time() - start
-                self.metrics.upstream_duration.observe(took)
-                self.upstream_s += UPSTREAM_EWMA * (took - self.upstream_s)
+                self.metrics.upstream_duration.observe(self._loop.time() - start)
             for entry in entries:  # only after a bug: callers must never wait forever
                 _fail(entry, InferError(grpc.StatusCode.INTERNAL, "the batch failed; see the log"))
             self.inflight.give_back()
@@ -286,6 +284,9 @@ class ModelBatcher:
                 self.metrics.failed(error.code.name)
                 _fail(entry, error)
             return
+        # Answered calls only: a call that timed out says nothing of how long an answer takes,
+        # and would hold back every later request until another call came through.
+        self.upstream_s += UPSTREAM_EWMA * (self._loop.time() - now - self.upstream_s)
         for entry, answer in zip(entries, answers, strict=True):
             if not entry.payload.future.done():
                 entry.payload.future.set_result(answer)

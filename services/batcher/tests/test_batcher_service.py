@@ -192,6 +192,19 @@ async def test_a_request_the_upstream_cannot_answer_in_time_is_never_sent(
     assert len(h.fake.calls) == 2
 
 
+async def test_only_answered_calls_say_how_long_an_upstream_call_takes(
+    make_harness: MakeHarness,
+) -> None:
+    h = await make_harness(max_queue_delay_ms=0.0)
+    h.fake.failures.append(grpc.StatusCode.INVALID_ARGUMENT)
+    with pytest.raises(grpc.aio.AioRpcError):
+        await h.infer(infer_request(b"failed"))
+    batcher = h.service.batchers._batchers[("echo", "")]
+    assert batcher.upstream_s == 0.0  # a failure, however long it took, is no answer time
+    await h.infer(infer_request(b"answered"))
+    assert batcher.upstream_s > 0.0
+
+
 async def test_a_cancelled_caller_leaves_its_batch_without_harm(make_harness: MakeHarness) -> None:
     h = await make_harness(max_queue_delay_ms=10_000.0, max_batch_size=4)
     before = metric("inferline_batcher_cancelled_requests_total")
