@@ -23,36 +23,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from typing import Any
 
 from bench.benchlib import jpegs, overload_stack, write_result
-from inferline_testing.overload import measure
-
-
-def print_table(result: dict[str, Any]) -> None:
-    print(
-        f"capacity {result['capacity_images_per_s']} images/s; unloaded p99 "
-        f"{result['unloaded_p99_ms']} ms; every request's deadline {result['deadline_s']:g} s"
-    )
-    print(
-        f"{'phase':<14}{'offered':<14}{'images/s':>9}{'ratio':>7}{'failed':>8}{'p99 ms':>8}"
-        f"{'refused in p99 ms':>19}{'recovered s':>13}{'RSS MiB':>9}"
-    )
-    for row in result["phases"]:
-        p99 = "-" if row["p99_ms"] is None else f"{row['p99_ms']:.0f}"
-        refusal = f"{row.get('probe_refusal_p99_ms', '-')} / {row['refusal_p99_ms'] or '-'}"
-        print(
-            f"{row['phase']:<14}{row['offered']:<14}{row['images_per_s']:>9.1f}"
-            f"{row.get('goodput_ratio', 1.0):>7.2f}{row['failed']:>8}{p99:>8}{refusal:>19}"
-            f"{row.get('recovered_after_s', '-')!s:>13}{row['peak_rss_total_mib']:>9}"
-        )
-        print(f"{'':<14}failed {row['failed_by_code']}; peak RSS (MiB) {row['peak_rss_mib']}")
-    print(
-        "refused in: p99 of how fast a paced probe arriving during the crowd was refused / of "
-        "the crowd's own refusals (its generator shares these cores); recovered: seconds after "
-        f"the crowd stopped sending until every probe request was within "
-        f"{result['recovery_bound_ms']} ms (None: not within the probe's 10 s)"
-    )
+from inferline_testing.overload import measure, table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     with overload_stack(args.model, "overload") as config:
         report = asyncio.run(measure(config, images, args.duration))
     result = {"model": args.model, **report.to_dict()}
-    print_table(result)
+    print(table(result))
     print(f"written to {write_result('overload', result)}")
     return 0
 

@@ -23,14 +23,13 @@ import tritonclient.grpc.aio as triton
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from bench.overload import print_table
 from demo_client.client import open_clients
 from inferline import capacity
 from inferline_stack.config import StackConfig
 from inferline_stack.processes import ProcessTable
 from inferline_stack.stack import down, up
 from inferline_testing import media
-from inferline_testing.overload import SIMULATED, measure, offer
+from inferline_testing.overload import SIMULATED, measure, offer, table
 from inferline_testing.ports import config_on_free_ports
 from inferline_testing.waits import wait_for_state
 
@@ -77,8 +76,7 @@ async def test_ten_times_capacity_gets_capacity_and_refusals_come_fast(
     overload_stack: StackConfig,
 ) -> None:
     report = await measure(overload_stack, images(), DURATION_S)
-    print()
-    print_table(report.to_dict())
+    print(f"\n{table(report.to_dict())}")
     for crowd, spike in report.crowds:
         summary = crowd.summary
         assert report.goodput_ratio(crowd) >= GOODPUT_SHARE, crowd.name
