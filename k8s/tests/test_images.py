@@ -190,22 +190,22 @@ def final_stage(image: ContractImage) -> Stage:
     return all_stages[-1]
 
 
-def env(stage: Stage) -> dict[str, str]:
+def assignments(stage: Stage, keyword: str) -> dict[str, str]:
+    """The ``key=value`` pairs of every ``keyword`` instruction (ENV, LABEL) of ``stage``."""
     values: dict[str, str] = {}
-    for instruction in stage.all("ENV"):
+    for instruction in stage.all(keyword):
         for word in shlex.split(instruction.args):
             key, _, value = word.partition("=")
             values[key] = value
     return values
+
+
+def env(stage: Stage) -> dict[str, str]:
+    return assignments(stage, "ENV")
 
 
 def labels(stage: Stage) -> dict[str, str]:
-    values: dict[str, str] = {}
-    for instruction in stage.all("LABEL"):
-        for word in shlex.split(instruction.args):
-            key, _, value = word.partition("=")
-            values[key] = value
-    return values
+    return assignments(stage, "LABEL")
 
 
 def exec_form(instruction: Instruction) -> list[str]:
