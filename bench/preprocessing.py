@@ -46,7 +46,7 @@ from inferline.imaging.decode import Geometry, Limits
 from inferline.server import channel_options
 from inferline_stack.health import wait_ready
 from inferline_testing.ports import free_port
-from middleman.pipeline import InProcessPreprocessor, RemotePreprocessor
+from middleman.pipeline import InProcessPreprocessor, Preprocessor, RemotePreprocessor
 from preprocess.choice import detect
 from preprocess.config import usable_cores
 
@@ -183,14 +183,15 @@ async def load(
 
 
 async def latencies(
-    preprocess: Any, batches: list[list[bytes]], calls: int
+    preprocess: Preprocessor, batches: list[list[bytes]], calls: int
 ) -> np.ndarray[Any, Any]:
+    geometry = Geometry()
     for batch in batches[:3]:  # warm
-        await preprocess(batch, 30.0)
+        await preprocess(batch, geometry, 30.0)
     times = []
     for i in range(calls):
         start = time.perf_counter()
-        await preprocess(batches[i % len(batches)], 30.0)
+        await preprocess(batches[i % len(batches)], geometry, 30.0)
         times.append(time.perf_counter() - start)
     return np.array(times) * 1000
 
@@ -198,9 +199,9 @@ async def latencies(
 async def placement(
     url: str, images: list[bytes], threads: int, calls: int
 ) -> list[dict[str, Any]]:
-    geometry, limits = Geometry(), Limits()
-    local = InProcessPreprocessor(geometry, limits, threads)
-    remote = RemotePreprocessor(url, limits, geometry.crop)
+    limits = Limits()
+    local = InProcessPreprocessor(limits, threads)
+    remote = RemotePreprocessor(url, limits)
     rows: list[dict[str, Any]] = []
     try:
         for batch in (1, 16):

@@ -17,7 +17,7 @@ class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     """Base servicer: subclasses name their server and models, and say when they are ready."""
 
     server_name: ClassVar[str]
-    models: ClassVar[tuple[str, ...]]
+    models: tuple[str, ...]  # a class attribute, or set per instance (middleman's catalog)
     extensions: ClassVar[tuple[str, ...]] = ("model_configuration",)
 
     async def ready(self) -> bool:
@@ -61,3 +61,14 @@ class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     ) -> service_pb2.ModelReadyResponse:
         served = self.serves(request.name, request.version)
         return service_pb2.ModelReadyResponse(ready=served and await self.ready())
+
+    async def RepositoryIndex(
+        self, request: service_pb2.RepositoryIndexRequest, context: Context
+    ) -> service_pb2.RepositoryIndexResponse:
+        """Every model served here, as Triton lists its repository (``ready`` ignored: all are
+        loaded for as long as the server runs)."""
+        state = "READY" if await self.ready() else "UNAVAILABLE"
+        index = service_pb2.RepositoryIndexResponse.ModelIndex
+        return service_pb2.RepositoryIndexResponse(
+            models=[index(name=name, version="1", state=state) for name in self.models]
+        )

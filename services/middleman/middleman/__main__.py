@@ -1,8 +1,10 @@
-"""python -m middleman: the public KServe v2 API (``classifier``, ``classifier_video``)."""
+"""python -m middleman: the public KServe v2 API (``classifier``, each classifier of the model
+repository by name, ``classifier_video``)."""
 
+from inferline.catalog import CatalogError
 from inferline.main import run
 from middleman import app
 from middleman.config import PREFIX, Config
 
 if __name__ == "__main__":
-    run("middleman", Config, PREFIX, app.start, __doc__)
+    run("middleman", Config, PREFIX, app.start, __doc__, fatal=(CatalogError,))

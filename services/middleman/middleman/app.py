@@ -12,8 +12,9 @@ from inferline.admission import Admission
 from inferline.admission import Limits as AdmissionLimits
 from inferline.imaging.decode import Geometry, Limits
 from inferline.imaging.settings import default_sampling, video_limits
-from inferline.labels import load_labels
 from inferline.server import RunningServer, start_server
+from middleman import classifiers
+from middleman.classifiers import Classifiers
 from middleman.config import Config
 from middleman.pipeline import (
     InProcessPreprocessor,
@@ -48,21 +49,20 @@ class Middleman:
 
 
 def make_preprocessor(config: Config) -> Preprocessor:
-    geometry = Geometry(config.resize, config.crop)
     limits = Limits(config.max_image_bytes, config.max_pixels)
     if config.preprocess_url:
         logger.info("decoding at the preprocess service %s", config.preprocess_url)
-        return RemotePreprocessor(config.preprocess_url, limits, config.crop)
+        return RemotePreprocessor(config.preprocess_url, limits)
     logger.info("decoding in process on %d threads", config.decode_threads)
-    return InProcessPreprocessor(geometry, limits, config.decode_threads)
+    return InProcessPreprocessor(limits, config.decode_threads)
 
 
-def make_frame_source(config: Config) -> FrameSource:
+def make_frame_source(config: Config, geometry: Geometry) -> FrameSource:
     """Video frames from the preprocess service's preprocess_video, or decoded in process."""
     if config.preprocess_url:
-        return RemoteFrames(config.preprocess_url, config.crop)
+        return RemoteFrames(config.preprocess_url, geometry)
     return InProcessFrames(
-        Geometry(config.resize, config.crop),
+        geometry,
         video_limits(config),
         default_sampling(config),
         config.video_max_samples,
@@ -81,18 +81,17 @@ def admission_limits(config: Config) -> AdmissionLimits:
 
 
 async def start(config: Config) -> Middleman:
+    served = classifiers.load(config)  # a bad model card fails startup, naming the file
     preprocess = make_preprocessor(config)
-    frames = make_frame_source(config)
-    upstream = TritonUpstream(
-        config.triton_url, config.triton_model, config.triton_input, config.triton_output
-    )
+    frames = make_frame_source(config, served.default.geometry)
+    upstream = TritonUpstream(config.triton_url)
     service = ClassifierService(
         preprocess,
         upstream,
-        load_labels(config.labels_file),
+        served,
         config.max_batch,
         config.upstream_timeout_s,
-        VideoClassifier(frames, upstream, config.upstream_timeout_s),
+        VideoClassifier(frames, upstream, served.default, config.upstream_timeout_s),
         Admission(admission_limits(config)),
         config.max_message_bytes,
         config.video_top_k,
@@ -105,5 +104,13 @@ async def start(config: Config) -> Middleman:
         host=config.host,
         max_message_bytes=config.max_message_bytes + capacity.FRAMING_BYTES,
     )
-    logger.info("inference upstream %s model %s", config.triton_url, config.triton_model)
+    log_models(config.triton_url, served)
     return Middleman(server, preprocess, frames, upstream)
+
+
+def log_models(upstream: str, served: Classifiers) -> None:
+    for name, c in served.by_name.items():
+        logger.info(
+            "model %s: %s at %s, %d classes, shorter side %d, crop %d",
+            name, c.model, upstream, len(c.labels), c.geometry.resize, c.geometry.crop,
+        )  # fmt: skip

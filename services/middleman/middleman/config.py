@@ -18,12 +18,20 @@ class Config:
     metrics_port: int = 9180
     # Where inference goes: Triton directly, the batcher, or Envoy in front of either.
     triton_url: str = "localhost:8001"
+    # The default model, also served as `classifier` (and classifying classifier_video's frames).
     triton_model: str = "efficientnet_lite0"
+    # The model repository whose model cards (inferline.json, labels.txt) describe the models
+    # served; "" describes the default model by the settings below alone.
+    repository: str = ""
+    # More models served beside the default, each under its own name: "*" every classifier in
+    # the repository, or a comma-separated list ("" none).
+    models: str = "*"
+    # For a model without a model card: its tensors, geometry and labels.
     triton_input: str = "INPUT"
     triton_output: str = "PROBS"
     # Where decoding happens: "" decodes in this process; host:port calls a preprocess service
-    # (models preprocess and preprocess_video), whose own settings then apply to geometry,
-    # limits and video sampling; crop must match its output.
+    # (models preprocess and preprocess_video), told each request's geometry; its own settings
+    # apply to limits and video sampling.
     preprocess_url: str = ""
     decode_threads: int = 2
     resize: int = 256

@@ -1,7 +1,8 @@
-"""The two models middleman serves, described as a Triton server describes its models.
+"""The models middleman serves, described as a Triton server describes its models.
 
-``classifier``: input ``IMAGE`` BYTES, one encoded image per element, batched (``max_batch``)
-→ output ``PROBABILITIES`` FP32 ``[N, classes]``. ``classifier_video`` (decoupled, streamed):
+``classifier`` (and every image classifier under its own name, :mod:`middleman.classifiers`):
+input ``IMAGE`` BYTES, one encoded image per element, batched (``max_batch``) → output
+``PROBABILITIES`` FP32 ``[N, classes]``. ``classifier_video`` (decoupled, streamed):
 input ``VIDEO`` BYTES ``[1]`` → one response per sampled frame with ``FRAME_INDEX``,
 ``TIMESTAMP`` and ``PROBABILITIES``. Plain protobuf messages; no transport here.
 """
@@ -10,9 +11,8 @@ from __future__ import annotations
 
 from tritonclient.grpc import model_config_pb2, service_pb2
 
-MODEL = "classifier"
+MODEL = "classifier"  # the default image model's public name
 VIDEO_MODEL = "classifier_video"
-MODELS = (MODEL, VIDEO_MODEL)
 VERSION = "1"
 PLATFORM = "inferline"
 
@@ -31,7 +31,8 @@ _mc = model_config_pb2
 
 
 def model_metadata(model: str, classes: int) -> service_pb2.ModelMetadataResponse:
-    """``ModelMetadata`` of ``model`` (one of :data:`MODELS`) with ``classes`` labels."""
+    """``ModelMetadata`` of image model ``model`` or of ``classifier_video``, with ``classes``
+    labels."""
     if model == VIDEO_MODEL:
         return service_pb2.ModelMetadataResponse(
             name=VIDEO_MODEL,
@@ -45,7 +46,7 @@ def model_metadata(model: str, classes: int) -> service_pb2.ModelMetadataRespons
             ],
         )
     return service_pb2.ModelMetadataResponse(
-        name=MODEL,
+        name=model,
         versions=[VERSION],
         platform=PLATFORM,
         inputs=[_Tensor(name=INPUT, datatype="BYTES", shape=[-1])],
@@ -54,7 +55,7 @@ def model_metadata(model: str, classes: int) -> service_pb2.ModelMetadataRespons
 
 
 def model_config(model: str, classes: int, max_batch: int) -> model_config_pb2.ModelConfig:
-    """``ModelConfig`` of ``model``: ``classifier`` batches up to ``max_batch`` images;
+    """``ModelConfig`` of ``model``: an image model batches up to ``max_batch`` images;
     ``classifier_video`` does not batch and is decoupled (any number of responses)."""
     if model == VIDEO_MODEL:
         return _mc.ModelConfig(
@@ -70,7 +71,7 @@ def model_config(model: str, classes: int, max_batch: int) -> model_config_pb2.M
             model_transaction_policy=_mc.ModelTransactionPolicy(decoupled=True),
         )
     return _mc.ModelConfig(
-        name=MODEL,
+        name=model,
         platform=PLATFORM,
         max_batch_size=max_batch,
         input=[_mc.ModelInput(name=INPUT, data_type=_mc.TYPE_STRING, dims=[1])],

@@ -1,7 +1,7 @@
 """What a request asks back, and the responses: probabilities, or Triton's classification
 extension (``class_count`` = k: the top k of each row as BYTES ``"score:index:label"``).
 
-A request that names no output gets every output (``classifier``: the probabilities;
+A request that names no output gets every output (an image model: the probabilities;
 ``classifier_video``: frame index, timestamp and the top ``video_top_k`` classes). An unknown
 output or a bad ``class_count`` is INVALID_ARGUMENT.
 """
@@ -19,7 +19,6 @@ from inferline import kserve
 from inferline.errors import invalid
 from middleman.models import (
     FRAME_INDEX,
-    MODEL,
     OUTPUT,
     TIMESTAMP,
     VERSION,
@@ -39,13 +38,14 @@ class ClassifiedFrame:
 
 
 def requested(request: service_pb2.ModelInferRequest) -> Counts:
-    """The outputs a ``classifier`` request asks for, with their class counts."""
+    """The outputs an image model's request asks for, with their class counts."""
     if not request.outputs:
         return {OUTPUT: 0}
     counts: Counts = {}
     for output in request.outputs:
         if output.name != OUTPUT:
-            raise invalid(f"unknown output {output.name!r}: model {MODEL!r} has {OUTPUT!r}")
+            model = request.model_name
+            raise invalid(f"unknown output {output.name!r}: model {model!r} has {OUTPUT!r}")
         counts[output.name] = kserve.class_count(output)
     return counts
 
@@ -79,14 +79,15 @@ def _add_probabilities(
 
 
 def classifier_response(
+    model: str,
     request_id: str,
     counts: Mapping[str, int],
     probabilities: npt.NDArray[np.float32],
     labels: Sequence[str],
 ) -> service_pb2.ModelInferResponse:
-    """The answer to a ``classifier`` request: ``probabilities`` is [N, classes]."""
+    """The answer to image model ``model``'s request: ``probabilities`` is [N, classes]."""
     response = service_pb2.ModelInferResponse(
-        model_name=MODEL, model_version=VERSION, id=request_id
+        model_name=model, model_version=VERSION, id=request_id
     )
     for name, k in counts.items():
         _add_probabilities(response, name, k, probabilities, labels)

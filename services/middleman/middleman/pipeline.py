@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
@@ -24,6 +24,7 @@ from inferline import kserve
 from inferline.errors import InferError, from_upstream, invalid
 from inferline.imaging.decode import DecodeError, Geometry, Limits, check_size, decode_image
 from inferline.server import channel_options
+from middleman.classifiers import Classifier
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +36,9 @@ Images = npt.NDArray[np.uint8]  # [N, 3, crop, crop]
 
 
 class Preprocessor(Protocol):
-    async def __call__(self, images: Sequence[bytes], time_left: float) -> Images: ...
+    async def __call__(
+        self, images: Sequence[bytes], geometry: Geometry, time_left: float
+    ) -> Images: ...
 
     async def close(self) -> None: ...
 
@@ -43,21 +46,26 @@ class Preprocessor(Protocol):
 class InProcessPreprocessor:
     """Decodes on a thread pool in this process (OpenCV releases the GIL)."""
 
-    def __init__(self, geometry: Geometry, limits: Limits, threads: int) -> None:
-        self.geometry, self.limits = geometry, limits
+    def __init__(self, limits: Limits, threads: int) -> None:
+        self.limits = limits
         self.executor = ThreadPoolExecutor(threads, thread_name_prefix="decode")
 
-    def _decode(self, index: int, data: bytes) -> npt.NDArray[np.uint8]:
+    def _decode(self, index: int, data: bytes, geometry: Geometry) -> npt.NDArray[np.uint8]:
         try:
-            return decode_image(data, self.geometry, self.limits)
+            return decode_image(data, geometry, self.limits)
         except DecodeError as exc:
             DECODE_ERRORS.labels(exc.kind).inc()
             raise invalid(f"image {index}: {exc}") from None
 
-    async def __call__(self, images: Sequence[bytes], time_left: float) -> Images:
+    async def __call__(
+        self, images: Sequence[bytes], geometry: Geometry, time_left: float
+    ) -> Images:
         loop = asyncio.get_running_loop()
         tensors = await asyncio.gather(
-            *(loop.run_in_executor(self.executor, self._decode, i, d) for i, d in enumerate(images))
+            *(
+                loop.run_in_executor(self.executor, self._decode, i, d, geometry)
+                for i, d in enumerate(images)
+            )
         )
         return np.stack(tensors)
 
@@ -68,18 +76,21 @@ class InProcessPreprocessor:
 class RemotePreprocessor:
     """Calls model ``preprocess`` of the preprocess service (or Envoy in front of several).
 
-    Per-image refusals come back in its ``ERRORS`` output and are raised exactly as the
-    in-process path raises them (INVALID_ARGUMENT, "image i: ..."). The byte limit is checked
-    here too, so an over-sized image is refused before it crosses the network.
+    Each request carries the model's geometry (parameters ``resize`` and ``crop``). Per-image
+    refusals come back in its ``ERRORS`` output and are raised exactly as the in-process path
+    raises them (INVALID_ARGUMENT, "image i: ..."). The byte limit is checked here too, so an
+    over-sized image is refused before it crosses the network.
     """
 
     MODEL = "preprocess"
 
-    def __init__(self, url: str, limits: Limits, crop: int) -> None:
-        self.url, self.limits, self.crop = url, limits, crop
+    def __init__(self, url: str, limits: Limits) -> None:
+        self.url, self.limits = url, limits
         self.client = triton.InferenceServerClient(url, channel_args=channel_options())
 
-    async def __call__(self, images: Sequence[bytes], time_left: float) -> Images:
+    async def __call__(
+        self, images: Sequence[bytes], geometry: Geometry, time_left: float
+    ) -> Images:
         for index, data in enumerate(images):
             try:
                 check_size(data, self.limits)
@@ -91,7 +102,11 @@ class RemotePreprocessor:
         outputs = [triton.InferRequestedOutput("TENSOR"), triton.InferRequestedOutput("ERRORS")]
         try:
             result = await self.client.infer(
-                self.MODEL, [tensor], outputs=outputs, client_timeout=time_left
+                self.MODEL,
+                [tensor],
+                outputs=outputs,
+                client_timeout=time_left,
+                parameters=geometry_parameters(geometry),
             )
         except InferenceServerException as exc:
             raise from_upstream(exc, f"preprocess at {self.url}") from None
@@ -104,12 +119,12 @@ class RemotePreprocessor:
             if message:
                 DECODE_ERRORS.labels("remote").inc()
                 raise invalid(f"image {index}: {bytes(message).decode(errors='replace')}")
-        expected = [len(images), 3, self.crop, self.crop]
+        expected = [len(images), 3, geometry.crop, geometry.crop]
         if list(batch.shape) != expected or batch.dtype != np.uint8:
             raise InferError(
                 grpc.StatusCode.INTERNAL,
                 f"preprocess at {self.url} returned {batch.dtype} {list(batch.shape)}; expected "
-                f"uint8 {expected} (its CROP must equal INFERLINE_MIDDLEMAN_CROP)",
+                f"uint8 {expected}",
             )
         return np.asarray(batch)
 
@@ -118,26 +133,27 @@ class RemotePreprocessor:
 
 
 class TritonUpstream:
-    """A KServe v2 model behind ``url``: Triton, the batcher, or Envoy in front of them.
+    """KServe v2 models behind ``url``: Triton, the batcher, or Envoy in front of them.
 
     Calls the generated stub with raw tensor contents: no per-call conversion layer on the
     hot path (this process shares its cores with decoding).
     """
 
-    def __init__(self, url: str, model: str, input_name: str, output_name: str) -> None:
-        self.url, self.model = url, model
-        self.input_name, self.output_name = input_name, output_name
+    def __init__(self, url: str) -> None:
+        self.url = url
         self.channel = grpc.aio.insecure_channel(url, options=channel_options())
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
 
-    async def infer(self, batch: Images, time_left: float) -> npt.NDArray[np.float32]:
-        request = service_pb2.ModelInferRequest(model_name=self.model)
-        request.inputs.add(name=self.input_name, datatype="UINT8", shape=batch.shape)
-        request.outputs.add(name=self.output_name)
+    async def infer(
+        self, model: Classifier, batch: Images, time_left: float
+    ) -> npt.NDArray[np.float32]:
+        request = service_pb2.ModelInferRequest(model_name=model.model)
+        request.inputs.add(name=model.input, datatype="UINT8", shape=batch.shape)
+        request.outputs.add(name=model.output)
         request.raw_input_contents.append(np.ascontiguousarray(batch).tobytes())
         try:
             response = await self.stub.ModelInfer(request, timeout=time_left)
-            output = kserve.output_array(response, self.output_name)
+            output = kserve.output_array(response, model.output)
         except grpc.aio.AioRpcError as exc:
             raise from_upstream(exc, f"inference at {self.url}") from None
         except (KeyError, InferError):
@@ -145,16 +161,33 @@ class TritonUpstream:
         if output is None or output.shape[0] != batch.shape[0]:
             raise InferError(
                 grpc.StatusCode.INTERNAL,
-                f"inference at {self.url} returned no {self.output_name!r} for the batch",
+                f"inference at {self.url} returned no {model.output!r} of {model.model!r} for "
+                "the batch",
+            )
+        if output.shape[1:] != (len(model.labels),):
+            raise InferError(
+                grpc.StatusCode.INTERNAL,
+                f"inference at {self.url}: {model.model!r} returned {list(output.shape)}, "
+                f"expected [{batch.shape[0]}, {len(model.labels)}] (one score per label)",
             )
         return np.asarray(output, dtype=np.float32)
 
-    async def ready(self, time_left: float = 2.0) -> bool:
-        request = service_pb2.ModelReadyRequest(name=self.model)
-        try:
+    async def ready(self, models: Iterable[str], time_left: float = 2.0) -> bool:
+        """Whether every one of ``models`` is ready behind ``url``."""
+
+        async def one(name: str) -> bool:
+            request = service_pb2.ModelReadyRequest(name=name)
             return bool((await self.stub.ModelReady(request, timeout=time_left)).ready)
+
+        try:
+            return all(await asyncio.gather(*map(one, models)))
         except grpc.aio.AioRpcError:
             return False
 
     async def close(self) -> None:
         await self.channel.close()
+
+
+def geometry_parameters(geometry: Geometry) -> dict[str, int]:
+    """The request parameters that tell the preprocess service a model's geometry."""
+    return {"resize": geometry.resize, "crop": geometry.crop}

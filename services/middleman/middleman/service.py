@@ -1,7 +1,9 @@
-"""The thin gRPC layer: KServe v2 models ``classifier`` and ``classifier_video``, answering as
-Triton would. What a request means (inputs, outputs, deadlines, the models' descriptions) is
-in :mod:`middleman.inputs`, :mod:`middleman.outputs`, :mod:`middleman.budget` and
-:mod:`middleman.models`; errors become gRPC statuses at :func:`inferline.errors.grpc_boundary`.
+"""The thin gRPC layer: KServe v2 models ``classifier`` (the default classifier), every
+classifier under its own name, and ``classifier_video``, answering as Triton would. Which models
+those are is :mod:`middleman.classifiers`; what a request means (inputs, outputs, deadlines,
+the models' descriptions) is in :mod:`middleman.inputs`, :mod:`middleman.outputs`,
+:mod:`middleman.budget` and :mod:`middleman.models`; errors become gRPC statuses at
+:func:`inferline.errors.grpc_boundary`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from inferline.metrics import LATENCY_BUCKETS
 from inferline.servicer import Context, KServeServicer
 from middleman import inputs, outputs
 from middleman.budget import Budget, Expired
-from middleman.models import MODEL, MODELS, VIDEO_MODEL, model_config, model_metadata
+from middleman.classifiers import Classifier, Classifiers
+from middleman.models import VIDEO_MODEL, model_config, model_metadata
 from middleman.pipeline import Preprocessor, TritonUpstream
 from middleman.video import VideoClassifier
 
@@ -56,14 +59,13 @@ EXPIRED = Counter(
 
 class ClassifierService(KServeServicer):
     server_name = "inferline-middleman"
-    models = MODELS
     extensions = ("classification", "model_configuration")
 
     def __init__(
         self,
         preprocess: Preprocessor,
         upstream: TritonUpstream,
-        labels: tuple[str, ...],
+        classifiers: Classifiers,
         max_batch: int,
         default_timeout: float,
         video: VideoClassifier,
@@ -72,10 +74,11 @@ class ClassifierService(KServeServicer):
         video_top_k: int = 5,
     ) -> None:
         self.preprocess, self.upstream, self.video = preprocess, upstream, video
-        self.labels, self.max_batch, self.default_timeout = labels, max_batch, default_timeout
+        self.classifiers, self.models = classifiers, classifiers.names
+        self.max_batch, self.default_timeout = max_batch, default_timeout
         self.admission, self.max_message_bytes = admission, max_message_bytes
         self.video_top_k = video_top_k
-        for model in MODELS:  # every series from 0, so the first refusal is a rate too
+        for model in self.models:  # every series from 0, so the first refusal is a rate too
             for reason in REFUSAL_REASONS:
                 REFUSED.labels(model, reason)
             for stage in STAGES:
@@ -84,21 +87,26 @@ class ClassifierService(KServeServicer):
     # -- health and metadata ------------------------------------------------------------------
 
     async def ready(self) -> bool:
-        return await self.upstream.ready()
+        return await self.upstream.ready(c.model for c in self.classifiers.distinct)
+
+    def classifier(self, name: str) -> Classifier:
+        """The classifier behind public model ``name`` (``classifier_video``: the default)."""
+        return self.classifiers.by_name.get(name, self.classifiers.default)
 
     @grpc_boundary
     async def ModelMetadata(
         self, request: service_pb2.ModelMetadataRequest, context: Context
     ) -> service_pb2.ModelMetadataResponse:
         self.check_model(request.name, request.version)
-        return model_metadata(request.name, len(self.labels))
+        return model_metadata(request.name, len(self.classifier(request.name).labels))
 
     @grpc_boundary
     async def ModelConfig(
         self, request: service_pb2.ModelConfigRequest, context: Context
     ) -> service_pb2.ModelConfigResponse:
         self.check_model(request.name, request.version)
-        config = model_config(request.name, len(self.labels), self.max_batch)
+        classes = len(self.classifier(request.name).labels)
+        config = model_config(request.name, classes, self.max_batch)
         return service_pb2.ModelConfigResponse(config=config)
 
     # -- inference ----------------------------------------------------------------------------
@@ -112,21 +120,25 @@ class ClassifierService(KServeServicer):
             raise invalid(
                 f"model {VIDEO_MODEL!r} streams one response per frame: call ModelStreamInfer"
             )
-        self.check_size(request, MODEL)
+        model = request.model_name
+        classifier = self.classifier(model)
+        self.check_size(request, model)
         counts = outputs.requested(request)
         images = inputs.images(request, self.max_batch)
         budget = Budget.start(context.time_remaining(), self.default_timeout)
-        with self.admitted(MODEL, len(images), sum(map(len, images)), budget):
+        with self.admitted(model, len(images), sum(map(len, images)), budget):
             start = time.perf_counter()
-            batch = await self.preprocess(images, budget.left(STAGES[0]))
+            batch = await self.preprocess(images, classifier.geometry, budget.left(STAGES[0]))
             decoded = time.perf_counter()
-            probabilities = await self.upstream.infer(batch, budget.left(STAGES[1]))
+            probabilities = await self.upstream.infer(classifier, batch, budget.left(STAGES[1]))
             inferred = time.perf_counter()
-            response = outputs.classifier_response(request.id, counts, probabilities, self.labels)
-        STAGE_SECONDS.labels(MODEL, "decode").observe(decoded - start)
-        STAGE_SECONDS.labels(MODEL, "infer").observe(inferred - decoded)
-        STAGE_SECONDS.labels(MODEL, "postprocess").observe(time.perf_counter() - inferred)
-        IMAGES.labels(MODEL).inc(len(images))
+            response = outputs.classifier_response(
+                model, request.id, counts, probabilities, classifier.labels
+            )
+        STAGE_SECONDS.labels(model, "decode").observe(decoded - start)
+        STAGE_SECONDS.labels(model, "infer").observe(inferred - decoded)
+        STAGE_SECONDS.labels(model, "postprocess").observe(time.perf_counter() - inferred)
+        IMAGES.labels(model).inc(len(images))
         return response
 
     def check_size(self, request: service_pb2.ModelInferRequest, model: str) -> None:
@@ -187,7 +199,8 @@ class ClassifierService(KServeServicer):
             # A video's frames are not known before it is opened: it counts against the hard
             # bounds (one request, its bytes), not against the throughput estimate.
             with self.admitted(VIDEO_MODEL, 0, len(video), budget):
+                labels = self.classifiers.default.labels
                 async for frame in self.video(video, kserve.parameters(request), remaining):
-                    response = outputs.frame_response(request.id, counts, frame, self.labels)
+                    response = outputs.frame_response(request.id, counts, frame, labels)
                     FRAMES.labels(VIDEO_MODEL).inc()
                     yield service_pb2.ModelStreamInferResponse(infer_response=response)

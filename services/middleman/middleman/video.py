@@ -24,8 +24,9 @@ from inferline.imaging.streaming import read_chunks
 from inferline.imaging.video import CpuVideoReader, FrameChunk, Sampling, VideoLimits
 from inferline.server import channel_options
 from middleman.budget import Budget
+from middleman.classifiers import Classifier
 from middleman.outputs import ClassifiedFrame
-from middleman.pipeline import TritonUpstream
+from middleman.pipeline import TritonUpstream, geometry_parameters
 
 logger = logging.getLogger(__name__)
 
@@ -81,23 +82,24 @@ class InProcessFrames:
 
 
 class RemoteFrames:
-    """Streams ``preprocess_video`` from the preprocess service."""
+    """Streams ``preprocess_video`` from the preprocess service, at ``geometry``."""
 
     MODEL = "preprocess_video"
 
-    def __init__(self, url: str, crop: int) -> None:
-        self.url, self.crop = url, crop
+    def __init__(self, url: str, geometry: Geometry) -> None:
+        self.url, self.geometry = url, geometry
         self.client = triton.InferenceServerClient(url, channel_args=channel_options())
 
     async def __call__(
         self, video: bytes, parameters: Mapping[str, object], time_left: float | None
     ) -> AsyncIterator[FrameChunk]:
         forwarded = {k: v for k, v in parameters.items() if k in SAMPLING_PARAMETERS}
+        forwarded.update(geometry_parameters(self.geometry))
 
         async def requests() -> AsyncIterator[dict[str, object]]:
             tensor = triton.InferInput("VIDEO", [1], "BYTES")
             tensor.set_data_from_numpy(np.array([video], dtype=np.object_))
-            yield {"model_name": self.MODEL, "inputs": [tensor], "parameters": forwarded or None}
+            yield {"model_name": self.MODEL, "inputs": [tensor], "parameters": forwarded}
 
         hop = f"preprocess at {self.url}"
         stream = self.client.stream_infer(requests(), stream_timeout=time_left)
@@ -125,12 +127,12 @@ class RemoteFrames:
                 grpc.StatusCode.INTERNAL,
                 f"preprocess at {self.url} sent a chunk without FRAME_INDEX, TIMESTAMP or TENSOR",
             )
-        if tensors.shape[1:] != (3, self.crop, self.crop):
+        crop = self.geometry.crop
+        if tensors.shape[1:] != (3, crop, crop):
             raise InferError(
                 grpc.StatusCode.INTERNAL,
                 f"preprocess at {self.url} sent frames of shape {list(tensors.shape[1:])}; "
-                f"expected [3, {self.crop}, {self.crop}] (its CROP must equal "
-                "INFERLINE_MIDDLEMAN_CROP)",
+                f"expected [3, {crop}, {crop}]",
             )
         return FrameChunk(
             np.asarray(indices, np.int64), np.asarray(stamps, np.float64), np.asarray(tensors)
@@ -141,8 +143,17 @@ class RemoteFrames:
 
 
 class VideoClassifier:
-    def __init__(self, frames: FrameSource, upstream: TritonUpstream, timeout: float) -> None:
+    """Classifies each sampled frame with ``classifier`` (the default model)."""
+
+    def __init__(
+        self,
+        frames: FrameSource,
+        upstream: TritonUpstream,
+        classifier: Classifier,
+        timeout: float,
+    ) -> None:
         self.frames, self.upstream, self.timeout = frames, upstream, timeout
+        self.classifier = classifier
 
     async def __call__(
         self, video: bytes, parameters: Mapping[str, object], time_left: float | None
@@ -154,7 +165,7 @@ class VideoClassifier:
         held: ClassifiedFrame | None = None  # one frame back, to mark the last one
         async for chunk in self.frames(video, parameters, time_left):
             timeout = self.timeout if budget is None else budget.left("inference")
-            probabilities = await self.upstream.infer(chunk.tensors, timeout)
+            probabilities = await self.upstream.infer(self.classifier, chunk.tensors, timeout)
             for i in range(len(chunk)):
                 if held is not None:
                     yield held

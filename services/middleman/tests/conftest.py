@@ -22,12 +22,18 @@ import pytest_asyncio
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferline import kserve
+from inferline.imaging.decode import Geometry
 from middleman import app
+from middleman.classifiers import Classifier
 from middleman.config import Config
 
 TRITON_MODEL, TRITON_INPUT, TRITON_OUTPUT = "fake_classifier", "INPUT", "PROBS"
 CLASSES = 1000
 CROP = 224
+GEOMETRY = Geometry(256, CROP)
+CLASSIFIER = Classifier(
+    TRITON_MODEL, TRITON_INPUT, TRITON_OUTPUT, GEOMETRY, tuple(f"class {i}" for i in range(CLASSES))
+)
 REFUSED = b"REFUSE"  # the fake preprocess refuses an image that starts with this
 REFUSAL = "the fake preprocess refuses it"
 # A deadline arrives a little coarser than it was set: gRPC rounds a timeout up to a few
@@ -49,11 +55,14 @@ class FakeUpstream(service_pb2_grpc.GRPCInferenceServiceServicer):
         self.failures: list[grpc.StatusCode] = []
         self.gate = asyncio.Event()
         self.gate.set()
-        self.crop = CROP  # of the tensors model preprocess returns
-        rng = np.random.default_rng(seed)
-        self.probabilities: npt.NDArray[np.float32] = rng.dirichlet(np.ones(CLASSES)).astype(
-            np.float32
-        )
+        self.crop: int | None = None  # of the tensors model preprocess returns; None: as asked
+        # Triton's models: name -> (crop, classes)
+        self.models: dict[str, tuple[int, int]] = {TRITON_MODEL: (CROP, CLASSES)}
+        self.rng = np.random.default_rng(seed)
+        self.probabilities: npt.NDArray[np.float32] = self.distribution(CLASSES)
+
+    def distribution(self, classes: int) -> npt.NDArray[np.float32]:
+        return self.rng.dirichlet(np.ones(classes)).astype(np.float32)
 
     async def ModelInfer(self, request: Any, context: Any) -> Any:
         self.calls.append(request)
@@ -64,14 +73,15 @@ class FakeUpstream(service_pb2_grpc.GRPCInferenceServiceServicer):
             await context.abort(code, f"fake upstream says {code.name}")
         if request.model_name == "preprocess":
             return self._preprocess(request)
-        if request.model_name == TRITON_MODEL:
+        if request.model_name in self.models:
             return await self._classify(request, context)
         await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown model {request.model_name!r}")
 
     def _preprocess(self, request: Any) -> Any:
         items = kserve.find_input(request, "IMAGE", "BYTES", "encoded images")
         response = service_pb2.ModelInferResponse(model_name="preprocess", id=request.id)
-        shape = (len(items), 3, self.crop, self.crop)
+        crop = self.crop or int(kserve.parameters(request).get("crop", CROP))
+        shape = (len(items), 3, crop, crop)
         kserve.add_output(response, "TENSOR", np.zeros(shape, np.uint8))
         errors = [REFUSAL.encode() if bytes(i).startswith(REFUSED) else b"" for i in items]
         kserve.add_output(response, "ERRORS", np.array(errors, dtype=np.object_))
@@ -79,11 +89,13 @@ class FakeUpstream(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def _classify(self, request: Any, context: Any) -> Any:
         (tensor,) = request.inputs
-        expected = (TRITON_INPUT, "UINT8", [3, CROP, CROP])
+        crop, classes = self.models[request.model_name]
+        expected = (TRITON_INPUT, "UINT8", [3, crop, crop])
         if (tensor.name, tensor.datatype, list(tensor.shape[1:])) != expected:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unexpected input {tensor}")
-        rows = np.tile(self.probabilities, (tensor.shape[0], 1))
-        response = service_pb2.ModelInferResponse(model_name=TRITON_MODEL, id=request.id)
+        row = self.probabilities if classes == CLASSES else self.distribution(classes)
+        rows = np.tile(row, (tensor.shape[0], 1))
+        response = service_pb2.ModelInferResponse(model_name=request.model_name, id=request.id)
         kserve.add_output(response, TRITON_OUTPUT, rows)
         return response
 
@@ -91,7 +103,7 @@ class FakeUpstream(service_pb2_grpc.GRPCInferenceServiceServicer):
         return service_pb2.ServerReadyResponse(ready=True)
 
     async def ModelReady(self, request: Any, context: Any) -> Any:
-        return service_pb2.ModelReadyResponse(ready=request.name in ("preprocess", TRITON_MODEL))
+        return service_pb2.ModelReadyResponse(ready=request.name in ("preprocess", *self.models))
 
 
 @dataclass

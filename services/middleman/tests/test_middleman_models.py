@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 from tritonclient.grpc import model_config_pb2
 
-from middleman.models import MODELS, VIDEO_MODEL, model_config, model_metadata
+from middleman.models import MODEL, VIDEO_MODEL, model_config, model_metadata
+
+MODELS = (MODEL, "efficientnet_lite2", VIDEO_MODEL)
 
 CLASSES, MAX_BATCH = 7, 12
 

@@ -115,7 +115,9 @@ def test_classification_strings_are_each_rows_top_k_best_first(
     case: tuple[npt.NDArray[np.float32], int, list[str]],
 ) -> None:
     probabilities, k, labels = case
-    response = outputs.classifier_response("abc", {"PROBABILITIES": k}, probabilities, labels)
+    response = outputs.classifier_response(
+        "classifier", "abc", {"PROBABILITIES": k}, probabilities, labels
+    )
     assert (response.model_name, response.model_version, response.id) == ("classifier", "1", "abc")
     strings = kserve.output_array(response, "PROBABILITIES")
     rows, classes = probabilities.shape
@@ -135,7 +137,9 @@ def test_classification_strings_are_each_rows_top_k_best_first(
 def test_without_a_class_count_the_probabilities_come_back_unchanged(
     probabilities: npt.NDArray[np.float32],
 ) -> None:
-    response = outputs.classifier_response("", {"PROBABILITIES": 0}, probabilities, ["a"])
+    response = outputs.classifier_response(
+        "classifier", "", {"PROBABILITIES": 0}, probabilities, ["a"]
+    )
     (tensor,) = response.outputs
     assert (tensor.name, tensor.datatype, list(tensor.shape)) == (
         "PROBABILITIES",

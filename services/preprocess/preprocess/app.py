@@ -13,9 +13,10 @@ from inferline.imaging.decode import Geometry, Limits
 from inferline.imaging.settings import default_sampling, video_limits
 from inferline.server import RunningServer, start_server
 from preprocess import metrics
-from preprocess.backends import BackendSettings, ImageBackend, VideoBackend
+from preprocess.backends import BackendSettings
 from preprocess.choice import Machine, choose, create, detect
 from preprocess.config import Config
+from preprocess.geometries import Decoders
 from preprocess.service import PreprocessService, ServiceSettings
 
 logger = logging.getLogger(__name__)
@@ -27,8 +28,7 @@ SERVICE_NAME = "inference.GRPCInferenceService"
 class Preprocess:
     server: RunningServer
     service: PreprocessService
-    images: ImageBackend
-    video: VideoBackend
+    decoders: Decoders
 
     @property
     def port(self) -> int:
@@ -37,7 +37,7 @@ class Preprocess:
     async def stop(self, grace: float) -> None:
         await self.server.stop(grace)
         self.service.close()
-        self.images.close()
+        self.decoders.close()
 
 
 def backend_settings(config: Config) -> BackendSettings:
@@ -58,7 +58,8 @@ async def start(config: Config, machine: Machine | None = None) -> Preprocess:
     machine = machine or detect()
     name = choose(config.backend, machine)
     settings = backend_settings(config)
-    images, video = await asyncio.to_thread(create, name, settings)  # builds DALI pipelines
+    decoders = Decoders(name, settings, config.max_geometries, create)
+    images, video = await asyncio.to_thread(decoders.build_default)  # builds DALI pipelines
     logger.info(
         "backend %s (configured %r; DALI %s, %d GPU(s) visible); video backend %s; "
         "%d worker(s); output [N, 3, %d, %d] from shorter side %d",
@@ -79,10 +80,8 @@ async def start(config: Config, machine: Machine | None = None) -> Preprocess:
     metrics.BACKEND.labels(images.name, "image").set(1)
     metrics.BACKEND.labels(video.name, "video").set(1)
     service = PreprocessService(
-        images,
-        video,
+        decoders,
         ServiceSettings(
-            geometry=settings.geometry,
             max_batch=config.max_batch,
             sampling=default_sampling(config),
             max_samples=config.video_max_samples,
@@ -107,4 +106,4 @@ async def start(config: Config, machine: Machine | None = None) -> Preprocess:
         host=config.host,
         max_message_bytes=config.max_message_bytes,
     )
-    return Preprocess(server, service, images, video)
+    return Preprocess(server, service, decoders)

@@ -33,8 +33,11 @@ class Config:
     workers: int = 0
     gpu_pipelines: int = 2  # dali-gpu: pipelines sharing the GPU (workers CPU threads in all)
     device_id: int = 0  # dali-gpu: which CUDA device
+    # The geometry of a request that names none (its parameters resize and crop may).
     resize: int = 256  # shorter side before the crop
     crop: int = 224
+    # Geometries decoded at once (DALI builds pipelines for each); one more is refused.
+    max_geometries: int = 4
     max_batch: int = 64  # images per request (and the DALI pipelines' batch size)
     max_image_bytes: int = 16 * 1024 * 1024
     max_pixels: int = 40_000_000  # checked from the header before decoding
@@ -65,6 +68,7 @@ class Config:
         require(self.gpu_pipelines > 0, PREFIX, "gpu_pipelines", "must be at least 1")
         require(self.device_id >= 0, PREFIX, "device_id", "must be >= 0")
         require(0 < self.crop <= self.resize, PREFIX, "crop", "must be > 0 and <= resize")
+        require(self.max_geometries > 0, PREFIX, "max_geometries", "must be at least 1")
         require(self.max_batch > 0, PREFIX, "max_batch", "must be at least 1")
         for name in (
             "max_image_bytes", "max_pixels", "max_message_bytes", "max_inflight",

@@ -9,6 +9,10 @@ INT64 ``[k]``, ``TIMESTAMP`` FP64 ``[k]`` (seconds), then an empty response whos
 ``triton_final_response`` is true (Triton's decoupled-model convention). Request parameters
 ``every_n`` / ``fps`` / ``max_frames`` choose the sampling. A refused video ends the stream
 with INVALID_ARGUMENT.
+
+Either model's request parameters ``resize`` and ``crop`` choose the geometry (each model behind
+middleman has its own input size); without them the configured one applies
+(:mod:`preprocess.geometries`).
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ from inferline.imaging.decode import DecodeError, Geometry
 from inferline.imaging.streaming import read_chunks
 from inferline.imaging.video import FrameChunk, Sampling
 from inferline.servicer import Context, KServeServicer
-from preprocess import metrics
+from preprocess import geometries, metrics
 from preprocess.backends import ImageBackend, VideoBackend
+from preprocess.geometries import Decoders, TooManyGeometries
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +55,6 @@ VIDEO_OUTPUTS = ("TENSOR", "FRAME_INDEX", "TIMESTAMP")
 
 @dataclass(frozen=True)
 class ServiceSettings:
-    geometry: Geometry
     max_batch: int
     sampling: Sampling  # when a request names none
     max_samples: int  # the most a request's max_frames may ask for
@@ -62,11 +66,22 @@ class PreprocessService(KServeServicer):
     server_name = "inferline-preprocess"
     models = MODELS
 
-    def __init__(
-        self, images: ImageBackend, video: VideoBackend, settings: ServiceSettings
-    ) -> None:
-        self.images, self.video, self.settings = images, video, settings
+    def __init__(self, decoders: Decoders, settings: ServiceSettings) -> None:
+        self.decoders, self.settings = decoders, settings
         self.executor = ThreadPoolExecutor(settings.video_threads, thread_name_prefix="video")
+
+    async def backends(
+        self, request: service_pb2.ModelInferRequest
+    ) -> tuple[Geometry, ImageBackend, VideoBackend]:
+        """The geometry a request asks for, and the backends that decode to it."""
+        try:
+            geometry = geometries.requested(kserve.parameters(request), self.decoders.default)
+            images, video = await self.decoders.get(geometry)
+        except TooManyGeometries as exc:
+            raise InferError(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from None
+        except ValueError as exc:
+            raise invalid(f"geometry: {exc}") from None
+        return geometry, images, video
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
@@ -79,7 +94,7 @@ class PreprocessService(KServeServicer):
     ) -> service_pb2.ModelMetadataResponse:
         self.check_model(request.name, request.version)
         tensor = service_pb2.ModelMetadataResponse.TensorMetadata
-        crop = self.settings.geometry.crop
+        crop = self.decoders.default.crop
         frames = tensor(name="TENSOR", datatype="UINT8", shape=[-1, 3, crop, crop])
         if request.name == MODEL:
             inputs = [tensor(name="IMAGE", datatype="BYTES", shape=[-1])]
@@ -100,7 +115,7 @@ class PreprocessService(KServeServicer):
         self, request: service_pb2.ModelConfigRequest, context: Context
     ) -> service_pb2.ModelConfigResponse:
         self.check_model(request.name, request.version)
-        crop = self.settings.geometry.crop
+        crop = self.decoders.default.crop
         mc = model_config_pb2
         if request.name == MODEL:
             config = mc.ModelConfig(
@@ -141,10 +156,11 @@ class PreprocessService(KServeServicer):
             raise invalid(f"model {VIDEO_MODEL!r} streams its frames: call ModelStreamInfer")
         wanted = _requested(request, IMAGE_OUTPUTS)
         items = kserve.find_batch(request, "IMAGE", IMAGE_HINT, self.settings.max_batch)
+        _, images, _ = await self.backends(request)
         with self._admitted(sum(map(len, items)), context, "image"):
             start = time.perf_counter()
-            decoded = await self.images.decode(items)
-        backend = self.images.name
+            decoded = await images.decode(items)
+        backend = images.name
         metrics.DECODE_SECONDS.labels(backend, "image").observe(time.perf_counter() - start)
 
         response = service_pb2.ModelInferResponse(
@@ -215,11 +231,12 @@ class PreprocessService(KServeServicer):
         except ValueError as exc:
             raise invalid(f"video sampling: {exc}") from None
 
+        geometry, _, backends = await self.backends(request)
         loop = asyncio.get_running_loop()
-        backend = self.video.name
+        backend = backends.name
         with self._admitted(len(data), context, "video"):
             try:
-                reader = await loop.run_in_executor(self.executor, self.video.open, data, sampling)
+                reader = await loop.run_in_executor(self.executor, backends.open, data, sampling)
                 backend = reader.backend
                 metrics.BYTES_IN.labels(backend, "video").inc(len(data))
                 logger.debug("video %r: %s, sampling %s", request.id, reader.header, sampling)
@@ -231,10 +248,10 @@ class PreprocessService(KServeServicer):
             except DecodeError as exc:
                 metrics.ERRORS.labels(backend, "video", exc.kind).inc()
                 raise invalid(f"video: {exc}") from None
-        yield self._chunk_response(request, self._no_frames(), wanted, final=True)
+        yield self._chunk_response(request, self._no_frames(geometry.crop), wanted, final=True)
 
-    def _no_frames(self) -> FrameChunk:
-        crop = self.settings.geometry.crop
+    @staticmethod
+    def _no_frames(crop: int) -> FrameChunk:
         return FrameChunk(
             np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros((0, 3, crop, crop), np.uint8)
         )

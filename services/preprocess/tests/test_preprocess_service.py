@@ -50,11 +50,14 @@ async def client(url: str) -> AsyncIterator[triton.InferenceServerClient]:
 
 
 async def infer(
-    client: triton.InferenceServerClient, images: list[bytes], model: str = "preprocess"
+    client: triton.InferenceServerClient,
+    images: list[bytes],
+    model: str = "preprocess",
+    **parameters: Any,
 ) -> tuple[np.ndarray[Any, Any], list[str]]:
     tensor = triton.InferInput("IMAGE", [len(images)], "BYTES")
     tensor.set_data_from_numpy(np.array(images, dtype=np.object_))
-    result = await client.infer(model, [tensor])
+    result = await client.infer(model, [tensor], parameters=parameters or None)
     errors = [e.decode() for e in result.as_numpy("ERRORS")]
     return result.as_numpy("TENSOR"), errors
 
@@ -195,3 +198,38 @@ async def test_metrics_are_labelled_by_backend(client: triton.InferenceServerCli
         'inferline_preprocess_decode_duration_seconds_count{backend="dali-cpu",media="image"}',
     ]:
         assert line in text, line
+
+
+async def test_a_request_names_its_models_geometry(client: triton.InferenceServerClient) -> None:
+    cat = media.cat_jpeg()
+    tensors, errors = await infer(client, [cat, cat], resize=292, crop=260)
+    assert tensors.shape == (2, 3, 260, 260) and errors == ["", ""]
+    reference = decode_image(cat, Geometry(292, 260), Limits()).astype(np.float32)
+    assert np.abs(tensors[0].astype(np.float32) - reference).mean() < 3.0  # DALI vs OpenCV
+    default, _ = await infer(client, [cat])  # the configured geometry is still there
+    assert default.shape == (1, 3, 224, 224)
+
+
+async def test_video_frames_come_at_the_requested_geometry(
+    client: triton.InferenceServerClient,
+) -> None:
+    results = await stream(client, media.make_video("mpeg4_mp4"), crop=160, resize=180)
+    shapes = {r.as_numpy("TENSOR").shape[1:] for r in results}
+    assert shapes == {(3, 160, 160)}
+
+
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({"resize": 200, "crop": 224}, "geometry: crop (224) must be positive and <= resize (200)"),
+        ({"crop": "big"}, "geometry: parameter 'crop' must be an integer, got 'big'"),
+        ({"crop": 2000}, "geometry: crop must be between 1 and 1024, got 2000"),
+    ],
+)
+async def test_a_bad_geometry_is_invalid_argument(
+    client: triton.InferenceServerClient, parameters: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InferenceServerException) as caught:
+        await infer(client, [media.cat_jpeg()], **parameters)
+    assert caught.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert caught.value.message() == message
