@@ -65,10 +65,24 @@ async def _check(client: Any, model: str, timeout_s: float) -> str | None:
         if not await client.is_server_ready(client_timeout=timeout_s):
             return "the server is not ready"
         if not await client.is_model_ready(model, client_timeout=timeout_s):
+            served = await _served(client, timeout_s)
+            if served is not None and model not in served:  # no use waiting for it
+                raise NotReadyError(
+                    f"model {model!r} is not served there; it serves {', '.join(served)}"
+                )
             return f"model {model!r} is not ready"
     except InferenceServerException as exc:
         return describe(exc)
     return None
+
+
+async def _served(client: Any, timeout_s: float) -> list[str] | None:
+    """The models the server lists (RepositoryIndex), or None when it lists none."""
+    try:
+        index = await client.get_model_repository_index(client_timeout=timeout_s)
+    except InferenceServerException:
+        return None
+    return [m.name for m in index.models]
 
 
 async def wait_ready(client: Any, target: str, model: str, wait_s: float) -> None:

@@ -63,6 +63,12 @@ class FakeKServe(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelReady(self, request: Any, context: Any) -> Any:
         return service_pb2.ModelReadyResponse(ready=request.name in (MODEL, PIXELS))
 
+    async def RepositoryIndex(self, request: Any, context: Any) -> Any:
+        index = service_pb2.RepositoryIndexResponse.ModelIndex
+        return service_pb2.RepositoryIndexResponse(
+            models=[index(name=name, version="1", state="READY") for name in (MODEL, PIXELS)]
+        )
+
     async def ModelInfer(self, req: Any, context: Any) -> Any:
         self.infer_calls += 1
         self.infer_seen.set()

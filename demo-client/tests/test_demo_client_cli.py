@@ -175,12 +175,14 @@ async def test_target_comes_from_the_environment(tmp_path: Path) -> None:
     assert "127.0.0.1:1 is not ready" in r.err
 
 
-async def test_unknown_model_is_not_ready(target: str, tmp_path: Path) -> None:
+async def test_an_unknown_model_fails_at_once_naming_the_served_ones(
+    target: str, tmp_path: Path
+) -> None:
     r = await cli(
         "--target", target, "--model", "nope", "--classify", "x.jpg", "--wait", "0", cwd=tmp_path
     )
     assert r.rc == 3
-    assert "model 'nope' is not ready" in r.err
+    assert "model 'nope' is not served there; it serves classifier, pixels" in r.err
 
 
 async def test_missing_default_image_dir_is_built(target: str, tmp_path: Path) -> None:

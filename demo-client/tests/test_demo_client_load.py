@@ -265,7 +265,8 @@ def test_parse_entry_keeps_colons_in_labels() -> None:
 async def test_wait_ready_gives_up_with_the_reason(target: str, unused_target: str) -> None:
     async with open_clients(target) as clients:
         await wait_ready(clients[0], target, "classifier", wait_s=1)
-        with pytest.raises(NotReadyError, match="model 'nope' is not ready"):
+        served = "model 'nope' is not served there; it serves classifier, pixels"
+        with pytest.raises(NotReadyError, match=served):
             await wait_ready(clients[0], target, "nope", wait_s=0)
     async with open_clients(unused_target) as clients:
         with pytest.raises(NotReadyError, match="UNAVAILABLE"):

@@ -123,11 +123,12 @@ def image_violations(container: Container) -> Iterator[str]:
 
 
 def scratch_violations(container: Container) -> Iterator[str]:
-    """An inferline process writes only to /tmp, an emptyDir (CONTRACT.md); the models init
-    container writes the repository into its emptyDir."""
+    """An inferline process writes only to /tmp, an emptyDir (CONTRACT.md); the init containers
+    of the models image (Triton's models, middleman's model-cards) write the repository into
+    theirs."""
     if not container.image.startswith("inferline/"):
         return
-    path = "/repository" if container.name == "models" else "/tmp"
+    path = "/repository" if container.image.startswith("inferline/models") else "/tmp"
     volumes = {v["name"]: v for v in container.pod.get("volumes") or []}
     mounts = {m["mountPath"]: m for m in container.spec.get("volumeMounts") or []}
     mount = mounts.get(path)

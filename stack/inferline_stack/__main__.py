@@ -34,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     try:
         config = load(StackConfig, PREFIX, rest)
-    except ConfigError as error:
+        if args.command in ("up", "scale"):
+            config.served_models()  # a listed model missing from the repository, by name
+    except (ConfigError, ValueError) as error:
         console.print(f"[red]{error}[/]")
         return 2
     table = ProcessTable(Path(config.run_dir))

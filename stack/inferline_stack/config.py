@@ -12,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
+from inferline import catalog
 from inferline.config import env_name, require
 
 PREFIX = "INFERLINE_STACK"
@@ -24,6 +26,7 @@ SERVICES = (TRITON, BATCHER, PREPROCESS, MIDDLEMAN)
 REPLICA_STEP = {TRITON: 10, BATCHER: 100, PREPROCESS: 100, MIDDLEMAN: 100}
 MAX_REPLICAS = 8
 DECODE_CHOICES = ("service", "inprocess")
+EVERY = "*"  # StackConfig.models: every classifier in the model repository
 
 # Every TCP port field; each must differ from the others.
 PORT_FIELDS = (
@@ -45,9 +48,13 @@ REPLICA_PORT_FIELDS = {
 class StackConfig:
     run_dir: str = ".run"
     model_repository: str = "build/model_repository"
-    # Triton's model: efficientnet_lite0 (the real one) or simulated_gpu (a simulated GPU for
-    # scale-out on machines without GPUs; its answers are not a real classification).
+    # Triton's default model, served as `classifier`: efficientnet_lite0 (the real one) or
+    # simulated_gpu (a simulated GPU for scale-out on machines without GPUs; its answers are
+    # not a real classification).
     model: str = "efficientnet_lite0"
+    # Models served beside it, each under its own name: "*" every classifier in the model
+    # repository (none beside the simulated GPU), or a comma-separated list ("" none).
+    models: str = "*"
     # More flags for every Triton replica (``python -m inferline_models.triton --help``), e.g.
     # "--simulated-t0-ms 100" for a slower simulated GPU.
     triton_args: str = ""
@@ -109,6 +116,27 @@ class StackConfig:
         require(self.scrape_interval_s > 0, PREFIX, "scrape_interval_s", "must be positive")
         require(self.start_timeout_s > 0, PREFIX, "start_timeout_s", "must be positive")
         require(self.stop_grace_s >= 0, PREFIX, "stop_grace_s", "must not be negative")
+
+    def served_models(self) -> list[str]:
+        """What Triton serves and middleman answers for: the default model first.
+
+        Raises ValueError naming a listed model the repository has no model card for.
+        """
+        repository = Path(self.model_repository)
+        if self.models == EVERY:
+            # A default model without a card (the simulated GPU) is served alone.
+            carded = (repository / self.model / catalog.CARD_FILE).is_file()
+            more = catalog.classifiers(repository) if carded else []
+        else:
+            more = [name.strip() for name in self.models.split(",") if name.strip()]
+            for name in more:
+                if not (repository / name / catalog.CARD_FILE).is_file():
+                    raise ValueError(
+                        f"model {name!r} (INFERLINE_STACK_MODELS) is not in {repository}: "
+                        f"`make model MODELS={name}` builds a built-in one, "
+                        "`python -m inferline_models add` imports your own"
+                    )
+        return list(dict.fromkeys([self.model, *more]))
 
     @property
     def services(self) -> tuple[str, ...]:

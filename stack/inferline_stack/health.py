@@ -17,13 +17,12 @@ from inferline_envoy import admin as envoy_admin
 POLL_S = 0.1  # between readiness checks; the check itself is the signal, not the wait
 
 
-def ready(address: str, model: str, timeout: float = 2.0) -> bool:
-    """True when the server at ``address`` answers ready and so does ``model``."""
+def ready(address: str, *models: str, timeout: float = 2.0) -> bool:
+    """True when the server at ``address`` answers ready and so does each of ``models``."""
     client = triton.InferenceServerClient(address)
     try:
-        return bool(
-            client.is_server_ready(client_timeout=timeout)
-            and client.is_model_ready(model, client_timeout=timeout)
+        return client.is_server_ready(client_timeout=timeout) and all(
+            client.is_model_ready(model, client_timeout=timeout) for model in models
         )
     except InferenceServerException:
         return False

@@ -90,6 +90,7 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
     ports = config.replica_ports(service, index)
     address = f"{HOST}:{ports[0]}"
     name = replica_name(service, index)
+    models = config.served_models()
     if service == TRITON:
         grpc_port, http_port, metrics_port = ports
         return Service(
@@ -97,7 +98,7 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
             argv=python(
                 "inferline_models.triton",
                 f"--repository={config.model_repository}",
-                f"--model={config.model}",
+                *(f"--model={model}" for model in models),
                 f"--address={HOST}",
                 f"--grpc-port={grpc_port}",
                 f"--http-port={http_port}",
@@ -105,7 +106,7 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
                 *shlex.split(config.triton_args),
             ),
             address=address,
-            check=lambda: health.ready(address, config.model),
+            check=lambda: health.ready(address, *models),
             metrics=f"http://{HOST}:{metrics_port}/metrics",
             cluster=TRITON,
             port=grpc_port,
@@ -114,7 +115,7 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
     prefix = f"INFERLINE_{service.upper()}"
     env = {f"{prefix}_HOST": HOST, f"{prefix}_PORT": str(port),
            f"{prefix}_METRICS_PORT": str(metrics_port)}  # fmt: skip
-    model = {BATCHER: config.model, PREPROCESS: "preprocess", MIDDLEMAN: "classifier"}[service]
+    checked = {BATCHER: models, PREPROCESS: ["preprocess"], MIDDLEMAN: ["classifier"]}[service]
     env.update(capacity_env(service))
     if service == BATCHER:
         env.update(batcher_upstream(config))
@@ -125,6 +126,8 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
             {
                 f"{prefix}_TRITON_URL": config.listener(upstream),
                 f"{prefix}_TRITON_MODEL": config.model,
+                f"{prefix}_REPOSITORY": config.model_repository,
+                f"{prefix}_MODELS": ",".join(models[1:]),
                 f"{prefix}_PREPROCESS_URL": config.listener(PREPROCESS) if remote_decode else "",
             }
         )
@@ -132,7 +135,7 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
         name=name,
         argv=python(service),
         address=address,
-        check=lambda: health.ready(address, model),
+        check=lambda: health.ready(address, *checked),
         env=env,
         metrics=f"http://{HOST}:{metrics_port}/metrics",
         cluster=service,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from inferline import catalog
 from inferline.config import ConfigError, load
 from inferline_stack import services
 from inferline_stack.config import PORT_FIELDS, PREFIX, StackConfig
@@ -127,3 +128,47 @@ def test_free_ports_leave_room_for_every_replica(tmp_path: Path) -> None:
             every += config.replica_ports(service, i)
     assert len(set(every)) == len(every)
     assert all(bindable(p) for p in every if p != 18000)
+
+
+def card(repository: Path, name: str) -> None:
+    (repository / name).mkdir(parents=True)
+    labels = tuple(f"class {i}" for i in range(3))
+    catalog.write_card(repository / name, catalog.ModelCard(name, 256, 224, 3), labels)
+
+
+def test_triton_and_middleman_serve_every_classifier_of_the_repository(tmp_path: Path) -> None:
+    for name in ("efficientnet_lite0", "efficientnet_lite2", "mine"):
+        card(tmp_path, name)
+    config = StackConfig(model_repository=str(tmp_path))
+    assert config.served_models() == ["efficientnet_lite0", "efficientnet_lite2", "mine"]
+    argv = services.replica(config, "triton", 0).argv
+    assert [a for a in argv if a.startswith("--model=")] == [
+        "--model=efficientnet_lite0", "--model=efficientnet_lite2", "--model=mine",
+    ]  # fmt: skip
+    middleman = env(config, "middleman")
+    assert middleman["INFERLINE_MIDDLEMAN_TRITON_MODEL"] == "efficientnet_lite0"
+    assert middleman["INFERLINE_MIDDLEMAN_MODELS"] == "efficientnet_lite2,mine"
+    assert middleman["INFERLINE_MIDDLEMAN_REPOSITORY"] == str(tmp_path)
+
+    listed = StackConfig(model_repository=str(tmp_path), model="mine", models="efficientnet_lite0")
+    assert listed.served_models() == ["mine", "efficientnet_lite0"]
+    assert StackConfig(model_repository=str(tmp_path), models="").served_models() == [
+        "efficientnet_lite0"
+    ]
+
+
+def test_the_simulated_gpu_is_served_alone(tmp_path: Path) -> None:
+    card(tmp_path, "efficientnet_lite0")
+    config = StackConfig(model_repository=str(tmp_path), model="simulated_gpu")
+    assert config.served_models() == ["simulated_gpu"]
+
+
+def test_a_listed_model_missing_from_the_repository_is_named(tmp_path: Path) -> None:
+    config = StackConfig(model_repository=str(tmp_path), models="efficientnet_lite2")
+    with pytest.raises(ValueError) as caught:
+        config.served_models()
+    assert str(caught.value) == (
+        f"model 'efficientnet_lite2' (INFERLINE_STACK_MODELS) is not in {tmp_path}: "
+        "`make model MODELS=efficientnet_lite2` builds a built-in one, "
+        "`python -m inferline_models add` imports your own"
+    )
