@@ -7,6 +7,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.inferline-installed
 MODEL_REPOSITORY ?= build/model_repository
+# Built-in models `make model` builds (efficientnet_lite0, efficientnet_lite2); the stack serves
+# every classifier in the repository, these and any `python -m inferline_models add` imported.
+MODELS ?= efficientnet_lite0
+MODEL ?= classifier
 DURATION ?= 60
 CONCURRENCY ?= 8
 PYTEST_ARGS ?=
@@ -36,8 +40,8 @@ setup: $(STAMP) ## create .venv with the pinned versions (idempotent, fast when 
 	@command -v prometheus >/dev/null || echo "optional: 'sudo apt-get install prometheus' (Debian's package) \
 	and the stack scrapes every process; the dashboards' tests need it too"
 
-model: setup ## export EfficientNet-Lite0 to ONNX and write the Triton model repository (cached)
-	@$(PY) -m inferline_models --repository $(MODEL_REPOSITORY)
+model: setup ## export the built-in MODELS to ONNX into the Triton model repository (cached): MODELS="efficientnet_lite0 efficientnet_lite2"
+	@$(PY) -m inferline_models build --repository $(MODEL_REPOSITORY) $(MODELS)
 
 up: model ## start the local stack (every hop through Envoy, public :8080); returns when ready
 	@$(PY) -m inferline_stack up --model-repository $(MODEL_REPOSITORY)
@@ -53,8 +57,8 @@ scale: model ## start or drain replicas: SERVICE=triton REPLICAS=2 (EDS pushes t
 	@$(PY) -m inferline_stack scale --service $(or $(SERVICE),triton) --replicas $(REPLICAS) \
 		--model-repository $(MODEL_REPOSITORY)
 
-demo: up ## the whole pipeline (Envoy, batcher, Triton) plus the live demo client (DURATION=s, CONCURRENCY=n)
-	@$(PY) -m demo_client --duration $(DURATION) --concurrency $(CONCURRENCY)
+demo: up ## the whole pipeline (Envoy, batcher, Triton) plus the live demo client (DURATION=s, CONCURRENCY=n, MODEL=name)
+	@$(PY) -m demo_client --duration $(DURATION) --concurrency $(CONCURRENCY) --model $(MODEL)
 	@echo "the stack keeps running: 'make status' shows it, 'make scale SERVICE=triton REPLICAS=2' adds a backend, 'make down' stops it"
 
 REGISTRY ?=
@@ -104,6 +108,7 @@ grafana: ## Grafana (official container) on :3000 with inferline's dashboards, r
 		-v $(CURDIR)/grafana/dashboards:/etc/grafana/dashboards/inferline:ro \
 		$(GRAFANA_IMAGE)
 
+test: MODELS = efficientnet_lite0 efficientnet_lite2  # the session's stack serves both
 test: model ## run every test (unit, service and end-to-end through the real Triton server)
 	$(PY) -m pytest $(PYTEST_ARGS)
 

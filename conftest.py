@@ -30,6 +30,7 @@ from inferline_testing.ports import config_on_free_ports, free_port
 
 ROOT = Path(__file__).parent
 MODEL_REPOSITORY = ROOT / "build" / "model_repository"
+MODELS = ("efficientnet_lite0", "efficientnet_lite2")
 PLACEMENTS = ("stack", "remote-decode", "in-process-decode")
 START_TIMEOUT_S = 120.0
 # The extra placements stream video in chunks of 4 frames (the stack keeps the default), so a
@@ -39,11 +40,13 @@ CHUNK_FRAMES = "4"
 
 @pytest.fixture(scope="session")
 def model_repository() -> Path:
-    """The Triton model repository (`make model`), built once if missing."""
+    """The Triton model repository with both built-in models (`make model MODELS="…"`), built
+    once if missing: the session's stack serves them side by side."""
     subprocess.run(
-        [sys.executable, "-m", "inferline_models", "--repository", str(MODEL_REPOSITORY)],
+        [sys.executable, "-m", "inferline_models", "build", "--repository",
+         str(MODEL_REPOSITORY), *MODELS],
         check=True,
-    )
+    )  # fmt: skip
     return MODEL_REPOSITORY
 
 
@@ -99,6 +102,7 @@ def middlemen(
                     port,
                     triton_url=triton,
                     triton_model=stack.model,
+                    repository=stack.model_repository,
                     preprocess_url=(
                         f"127.0.0.1:{preprocess_port}" if placement == "remote-decode" else ""
                     ),

@@ -90,7 +90,9 @@ def read_card(directory: Path) -> tuple[ModelCard, tuple[str, ...]]:
 
 
 def classifiers(repository: Path) -> list[str]:
-    """Names of the models in ``repository`` that have a model card, sorted."""
+    """Names of the models in ``repository`` that have a model card, sorted (a hidden folder is
+    a model being written, not one to serve)."""
     if not repository.is_dir():
         return []
-    return sorted(p.parent.name for p in repository.glob(f"*/{CARD_FILE}"))
+    cards = repository.glob(f"*/{CARD_FILE}")
+    return sorted(p.parent.name for p in cards if not p.parent.name.startswith("."))

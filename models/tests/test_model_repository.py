@@ -68,6 +68,20 @@ def test_tensorrt_profile_follows_max_batch_size() -> None:
     assert accelerator.parameters["trt_profile_opt_shapes"] == "INPUT:8x3x224x224"
 
 
+def test_config_follows_size_and_classes() -> None:
+    text = render_config("m", 16, size=260, classes=10)
+    assert parse_config(text) == ModelSpec(
+        name="m",
+        max_batch_size=16,
+        inputs=(TensorSpec("INPUT", "TYPE_UINT8", (3, 260, 260)),),
+        outputs=(TensorSpec("PROBS", "TYPE_FP32", (10,)),),
+    )
+    config = text_format.Parse(text, mc.ModelConfig())
+    (accelerator,) = config.optimization.execution_accelerators.gpu_execution_accelerator
+    assert accelerator.parameters["trt_profile_min_shapes"] == "INPUT:1x3x260x260"
+    assert accelerator.parameters["trt_profile_max_shapes"] == "INPUT:16x3x260x260"
+
+
 def test_repository_config_is_current(model_repository: Path) -> None:
     """What `make model` wrote (and the models image ships) is today's config, TensorRT included."""
     written = (model_dir(model_repository) / CONFIG_FILE).read_text(encoding="utf-8")

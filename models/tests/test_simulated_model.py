@@ -14,7 +14,7 @@ from inferline_models.simulated import (
     expected_class,
     simulated_binding,
 )
-from inferline_models.triton import _binding, _parse_args
+from inferline_models.triton import _bindings, _parse_args
 
 
 def test_timing_law_and_capacity() -> None:
@@ -72,7 +72,13 @@ def test_cli_serves_the_simulated_model() -> None:
         ["--model", "simulated_gpu", "--no-dynamic-batching", "--simulated-t0-ms", "2",
          "--simulated-k-ms", "0.5", "--max-batch-size", "8", "--instances", "2"]
     )  # fmt: skip
-    binding = _binding(args)
+    (binding,) = _bindings(args)
     assert binding.name == "simulated_gpu"
     assert binding.config.max_batch_size == 8 and binding.config.batcher is None
     assert len(binding.infer_funcs) == 2
+
+
+def test_cli_model_defaults_to_lite0_and_repeats() -> None:
+    assert _parse_args([]).models == ["efficientnet_lite0"]
+    args = _parse_args(["--model", "simulated_gpu", "--model", "efficientnet_lite2"])
+    assert args.models == ["simulated_gpu", "efficientnet_lite2"]

@@ -1,4 +1,8 @@
-"""Start `python -m inferline_models.triton` for real, classify a photo, stop it with SIGTERM."""
+"""Start `python -m inferline_models.triton` for real, classify a photo, stop it with SIGTERM.
+
+The module's server serves two models at once, as `--model` given twice asks: the ONNX model
+and the simulated GPU.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from inferline_testing.ports import free_ports
 from inferline_testing.waits import wait_until
 
 MODEL = "efficientnet_lite0"
+SIMULATED = "simulated_gpu"
 READY_TIMEOUT_S = 120.0
 EXIT_TIMEOUT_S = 60.0
 
@@ -60,10 +65,17 @@ def running(pid: int) -> bool:
 
 
 class Server:
-    def __init__(self, process: subprocess.Popen[bytes], grpc_port: int, log: Path) -> None:
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        grpc_port: int,
+        log: Path,
+        models: tuple[str, ...] = (MODEL,),
+    ) -> None:
         self.process = process
         self.client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
         self.log = log
+        self.models = models
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-6000:]
@@ -77,24 +89,33 @@ class Server:
     def ready(self) -> bool:
         """KServe ServerReady and ModelReady (the readiness RPCs themselves)."""
         try:
-            return bool(self.client.is_server_ready() and self.client.is_model_ready(MODEL))
+            return self.client.is_server_ready() and all(
+                self.client.is_model_ready(m) for m in self.models
+            )
         except InferenceServerException:
             return False  # not listening yet
 
     def wait_ready(self) -> None:
         try:
-            wait_until(self.ready, READY_TIMEOUT_S, f"{MODEL} ready", abort=self.exited)
+            wait_until(
+                self.ready, READY_TIMEOUT_S, f"{', '.join(self.models)} ready", abort=self.exited
+            )
         except (TimeoutError, RuntimeError) as exc:
             pytest.fail(f"{exc}\n{self.output()}")
 
 
-def spawn(repository: Path, log: Path, ports: list[int] | None = None) -> Server:
+def spawn(
+    repository: Path,
+    log: Path,
+    ports: list[int] | None = None,
+    models: tuple[str, ...] = (MODEL,),
+) -> Server:
     grpc_port, http_port, metrics_port = ports or free_ports(3)
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [
                 sys.executable, "-m", "inferline_models.triton",
-                "--repository", str(repository), "--model", MODEL,
+                "--repository", str(repository), *(f"--model={m}" for m in models),
                 "--address", "127.0.0.1",
                 "--grpc-port", str(grpc_port), "--http-port", str(http_port),
                 "--metrics-port", str(metrics_port),
@@ -102,12 +123,17 @@ def spawn(repository: Path, log: Path, ports: list[int] | None = None) -> Server
             stdout=out,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
-    return Server(process, grpc_port, log)
+    return Server(process, grpc_port, log, models)
 
 
 @contextmanager
-def running_server(repository: Path, log: Path, ports: list[int] | None = None) -> Iterator[Server]:
-    s = spawn(repository, log, ports)
+def running_server(
+    repository: Path,
+    log: Path,
+    ports: list[int] | None = None,
+    models: tuple[str, ...] = (MODEL,),
+) -> Iterator[Server]:
+    s = spawn(repository, log, ports, models)
     try:
         yield s
     finally:
@@ -119,9 +145,9 @@ def running_server(repository: Path, log: Path, ports: list[int] | None = None) 
 
 @pytest.fixture(scope="module")
 def server(model_repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """One ready server for the tests that only call it (none of them stops it)."""
+    """One ready server, serving two models, for the tests that only call it (none stops it)."""
     log = tmp_path_factory.mktemp("triton") / "server.log"
-    with running_server(model_repository, log) as s:
+    with running_server(model_repository, log, models=(MODEL, SIMULATED)) as s:
         s.wait_ready()
         yield s
 
@@ -160,6 +186,23 @@ def test_classifies_a_cat(
     top3 = set(np.argsort(-probs[0])[:3].tolist())
     assert top3 & cat_classes, f"top-3 {top3} has no domestic cat"
     np.testing.assert_allclose(probs[1], probs[0], atol=1e-6)
+
+
+def test_one_server_answers_both_of_its_models(
+    server: Server, cat_chw: npt.NDArray[np.uint8], cat_classes: frozenset[int]
+) -> None:
+    images = np.stack([cat_chw, cat_chw])
+    images[1, 0, 0, :2] = [0x39, 0x05]  # the simulated GPU answers class 1337 % 1000
+    answers = {}
+    for model in (MODEL, SIMULATED):
+        request = grpcclient.InferInput("INPUT", list(images.shape), "UINT8")
+        request.set_data_from_numpy(images)
+        probs = server.client.infer(model, [request]).as_numpy("PROBS")
+        assert probs is not None and probs.shape == (2, 1000)
+        answers[model] = probs.argmax(axis=1).tolist()
+    assert answers[MODEL][0] in cat_classes
+    first_two = images[0, 0, 0, :2].astype(int)
+    assert answers[SIMULATED] == [(first_two[0] | first_two[1] << 8) % 1000, 337]
 
 
 def test_sigterm_stops_triton_and_its_children(model_repository: Path, tmp_path: Path) -> None:
