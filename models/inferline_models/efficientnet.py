@@ -58,10 +58,20 @@ def build_network(arch: str, weights: Path) -> torch.nn.Module:
     return net.eval()  # type: ignore[no-any-return]
 
 
-def export_network(net: torch.nn.Module, path: Path, size: int, opset: int) -> None:
-    """Export the plain network with a dynamic batch axis (TorchScript exporter: no
-    onnxscript needed)."""
-    dummy = torch.zeros((2, 3, size, size), dtype=torch.float32)
+def export_network(
+    net: torch.nn.Module,
+    path: Path,
+    size: int,
+    opset: int,
+    *,
+    nhwc: bool = False,
+    names: tuple[str, str] = (NETWORK_INPUT, NETWORK_OUTPUT),
+) -> None:
+    """Export a float32 image network ([batch, 3, size, size], or NHWC) with a dynamic batch
+    axis; ``names`` are its input's and output's (TorchScript exporter: no onnxscript needed)."""
+    shape = (2, size, size, 3) if nhwc else (2, 3, size, size)
+    dummy = torch.zeros(shape, dtype=torch.float32)
+    inputs, outputs = names
     with warnings.catch_warnings():
         # The deprecation notice of the TorchScript exporter, and "Constant folding - Only
         # steps=1 can be constant folded" for the pads of ZeroPad2d (ONNX Runtime folds those).
@@ -71,9 +81,9 @@ def export_network(net: torch.nn.Module, path: Path, size: int, opset: int) -> N
             net,
             (dummy,),
             str(path),
-            input_names=[NETWORK_INPUT],
-            output_names=[NETWORK_OUTPUT],
-            dynamic_axes={NETWORK_INPUT: {0: "batch"}, NETWORK_OUTPUT: {0: "batch"}},
+            input_names=[inputs],
+            output_names=[outputs],
+            dynamic_axes={inputs: {0: "batch"}, outputs: {0: "batch"}},
             opset_version=opset,
             dynamo=False,
         )

@@ -13,7 +13,6 @@ it, so they import it when called.
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -43,7 +42,7 @@ def export_nhwc_mean_std(path: Path, opset: int = 18) -> None:
 
     from inferline_models.efficientnet import MEAN as TF_MEAN
     from inferline_models.efficientnet import SCALE as TF_SCALE
-    from inferline_models.efficientnet import build_network
+    from inferline_models.efficientnet import build_network, export_network
     from inferline_models.export import BUILT_IN
 
     spec = BUILT_IN["efficientnet_lite0"]
@@ -64,20 +63,9 @@ def export_nhwc_mean_std(path: Path, opset: int = 18) -> None:
             tf_lite = (pixels - TF_MEAN) / TF_SCALE
             return self.net(tf_lite.permute(0, 3, 1, 2))  # type: ignore[no-any-return]
 
-    dummy = torch.zeros((2, NHWC_SIZE, NHWC_SIZE, 3), dtype=torch.float32)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        warnings.filterwarnings("ignore", message="Constant folding", category=UserWarning)
-        torch.onnx.export(
-            NhwcMeanStd().eval(),
-            (dummy,),
-            str(path),
-            input_names=[NHWC_INPUT],
-            output_names=[NHWC_OUTPUT],
-            dynamic_axes={NHWC_INPUT: {0: "batch"}, NHWC_OUTPUT: {0: "batch"}},
-            opset_version=opset,
-            dynamo=False,
-        )
+    export_network(
+        NhwcMeanStd().eval(), path, NHWC_SIZE, opset, nhwc=True, names=(NHWC_INPUT, NHWC_OUTPUT)
+    )
 
 
 def tiny_convnet(
