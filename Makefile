@@ -19,7 +19,7 @@ BENCH_BATCHER_ARGS ?=
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup model up down status scale demo grafana images deploy undeploy verify-cluster k8s-envoy checkov test lint check-packages format bench bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload soak clean
+.PHONY: help setup model up down status scale demo grafana images deploy undeploy verify-cluster k8s-envoy checkov test lint check-packages format bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload soak clean
 
 help: ## list the targets
 	@echo "inferline — scale-out inference pipeline (see README.md)"
@@ -132,7 +132,15 @@ format: setup ## apply ruff's formatting and safe fixes
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
-bench: bench-e2e bench-preprocess bench-eds bench-batcher bench-overload ## every benchmark
+bench: bench-pipeline bench-e2e bench-preprocess bench-eds bench-batcher bench-overload ## every benchmark
+
+PIPELINE_ARGS ?=
+
+bench-pipeline: model ## CPU ms per image by process (simulated GPU at 1 and 8 images/request, real model), scale-out efficiency -> bench/results/pipeline.json
+	$(PY) -m bench.pipeline --duration $(BENCH_DURATION) $(PIPELINE_ARGS)
+
+bench-gpu: model ## on a GPU machine (8 min): DALI decode, the model with CUDA/TensorRT, the pipeline's CPU per image -> bench/results/gpu.json
+	$(PY) -m bench.gpu $(GPU_ARGS)
 
 bench-e2e: model ## model-only (ONNX Runtime) vs end-to-end images/s -> bench/results/e2e.json
 	$(PY) -m bench.e2e

@@ -37,6 +37,9 @@ from preprocess.opencv import CpuVideoBackend, OpenCVBackend
 
 console = Console()
 
+WIDTH, HEIGHT = 1920, 1080
+QUALITIES = (80, 85, 90, 95)
+
 
 def gpu_name() -> str:
     smi = shutil.which("nvidia-smi")
@@ -66,6 +69,43 @@ async def throughput(backend: Any, batch: list[bytes], concurrency: int, duratio
     start = time.perf_counter()
     counts = await asyncio.gather(*(run(start + duration) for _ in range(concurrency)))
     return sum(counts) / (time.perf_counter() - start)
+
+
+def settings_for(batch: int, pipelines: int) -> BackendSettings:
+    """The preprocess service's decode settings for ``batch`` images at once through
+    ``pipelines`` DALI pipelines, its CPU side on every core this process may use."""
+    return BackendSettings(
+        Geometry(), Limits(), VideoLimits(), workers=usable_cores(), max_batch=batch,
+        gpu_pipelines=pipelines,
+    )  # fmt: skip
+
+
+def full_hd_jpegs(count: int) -> list[bytes]:
+    """``count`` 1920x1080 JPEGs of real photos at qualities 80-95: what a camera sends."""
+    return jpegs(count, WIDTH, HEIGHT, qualities=QUALITIES)
+
+
+def dali_decode_rate(
+    batch_size: int, pipelines: int, duration: float, *, gpu: bool = True
+) -> dict[str, Any]:
+    """DALI's images/s decoding batches of ``batch_size`` 1920x1080 JPEGs, ``pipelines``
+    batches in flight, for ``duration`` s after a second of warm-up: mixed (nvJPEG and the
+    hardware decoder) with ``gpu``, else its CPU operators."""
+    batch = full_hd_jpegs(batch_size)
+    dali = DaliImageBackend(settings_for(batch_size, pipelines), gpu=gpu)
+    try:
+        rate = asyncio.run(throughput(dali, batch, pipelines, duration))
+    finally:
+        dali.close()
+    return {
+        "backend": dali.name,
+        "image": f"{WIDTH}x{HEIGHT} JPEG",
+        "jpeg_kib_mean": round(float(np.mean([len(b) for b in batch])) / 1024, 1),
+        "batch": batch_size,
+        "pipelines": pipelines,
+        "duration_s": duration,
+        "images_per_s": round(rate, 1),
+    }
 
 
 def agreement(ours: np.ndarray[Any, Any], theirs: np.ndarray[Any, Any]) -> dict[str, float]:
@@ -132,12 +172,9 @@ def main() -> int:
         return 2 if args.require_gpu else 0
 
     cores = usable_cores()
-    geometry, limits = Geometry(), Limits()
-    settings = BackendSettings(
-        geometry, limits, VideoLimits(), workers=cores, max_batch=args.batch,
-        gpu_pipelines=args.pipelines,
-    )  # fmt: skip
-    batch = jpegs(args.batch, 1920, 1080, qualities=(80, 85, 90, 95))
+    settings = settings_for(args.batch, args.pipelines)
+    geometry, limits = settings.geometry, settings.limits
+    batch = full_hd_jpegs(args.batch)
     console.print(
         f"[bold]DALI {'mixed (GPU)' if gpu else 'CPU'}[/]: {args.batch} x 1920x1080 JPEGs "
         f"({np.mean([len(b) for b in batch]) / 1024:.0f} KiB each), {cores} CPU cores, "

@@ -4,6 +4,11 @@
 Runs until SIGTERM or SIGINT, then stops Triton (and its stub processes) before exiting.
 `--model` may be given several times: one Triton server serves them all.
 
+`--execution-provider cuda` or `tensorrt` runs the ONNX models on an NVIDIA GPU with ONNX Runtime's
+CUDA or TensorRT execution provider (TensorRT as config.pbtxt asks of the official image: FP16,
+one engine for batch 1..max_batch_size, cached under `--tensorrt-cache`); they need
+onnxruntime-gpu and a CUDA GPU, and without them it exits 2 saying what to install.
+
 `--model simulated_gpu` serves the *simulated* GPU (see `inferline_models.simulated`), alone or
 beside repository models: no repository needed for it, a batch of b takes `--simulated-t0-ms` +
 `--simulated-k-ms`·b.
@@ -34,6 +39,9 @@ LIVENESS_PERIOD_S = 1.0
 # Triton's protected endpoints (statistics, repository, ...) take this token when it is set;
 # otherwise PyTriton makes a random one. The simulated-GPU benchmark reads the statistics.
 ACCESS_TOKEN_ENV = "INFERLINE_TRITON_ACCESS_TOKEN"
+# --execution-provider: the keys of onnx_backend.EXECUTION_PROVIDERS (a test holds them equal),
+# not imported from there so that serving only the simulated GPU never loads ONNX Runtime.
+EXECUTION_PROVIDERS = ("cpu", "cuda", "tensorrt")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +165,7 @@ class LocalTriton:
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m inferline_models.triton",
-        description="Serve a model repository's ONNX models (ONNX Runtime, CPU) with Triton.",
+        description="Serve a model repository's ONNX models (ONNX Runtime) with Triton.",
     )
     parser.add_argument("--repository", type=Path, default=Path("build/model_repository"))
     parser.add_argument(
@@ -176,8 +184,21 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--threads", type=_positive, default=None, help="ONNX Runtime threads per instance (cores)"
     )
     parser.add_argument("--max-queue-delay-us", type=_non_negative, default=MAX_QUEUE_DELAY_US)
+    parser.add_argument(
+        "--execution-provider",
+        choices=EXECUTION_PROVIDERS,
+        default="cpu",
+        help="ONNX Runtime's: cpu, or on an NVIDIA GPU cuda or tensorrt (needs onnxruntime-gpu)",
+    )
+    parser.add_argument(
+        "--tensorrt-cache",
+        type=Path,
+        default=None,
+        help="where TensorRT engines are kept between starts (default: <tmp>/inferline-tensorrt)",
+    )
     simulated = parser.add_argument_group(
-        f"simulated GPU (--model {SIMULATED_MODEL}; ignores --repository and --threads)"
+        f"simulated GPU (--model {SIMULATED_MODEL}; ignores --repository, --threads and "
+        "--execution-provider)"
     )
     simulated.add_argument("--simulated-t0-ms", type=_non_negative_float, default=T0_MS)
     simulated.add_argument("--simulated-k-ms", type=_non_negative_float, default=K_MS)
@@ -228,7 +249,7 @@ def _binding(args: argparse.Namespace, model: str) -> Binding:
             max_queue_delay_us=None if args.no_dynamic_batching else args.max_queue_delay_us,
             instances=args.instances,
         )
-    from inferline_models.onnx_backend import onnx_binding
+    from inferline_models.onnx_backend import TENSORRT_CACHE, onnx_binding
 
     return onnx_binding(
         args.repository,
@@ -236,6 +257,8 @@ def _binding(args: argparse.Namespace, model: str) -> Binding:
         instances=args.instances,
         threads=args.threads,
         max_queue_delay_us=args.max_queue_delay_us,
+        provider=args.execution_provider,
+        tensorrt_cache=args.tensorrt_cache or TENSORRT_CACHE,
     )
 
 

@@ -1,0 +1,222 @@
+"""CPU the pipeline spends per image, by process, and how its throughput scales out
+-> bench/results/pipeline.json.
+
+1. **CPU per image.** The default stack (every hop through Envoy, the batcher, the preprocess
+   service) under the demo client, for each scenario: the simulated GPU at 1 and at 8 images
+   per request (the model costs no CPU, so what is left is the pipeline's own cost), and the
+   real model (EfficientNet-Lite0 with ONNX Runtime on these cores). For each process (its
+   whole group: Triton's holds PyTriton, tritonserver and its stubs), utime + stime from /proc
+   over the measured run, divided by the images answered; the demo client's from its rusage.
+   From the total: images/s per core, and the cores a pipeline needs per 1,000 images/s.
+2. **Scale-out efficiency.** The simulated GPU with its clock slowed (a batch of b takes
+   ``t0 + k·b`` = 400 + 10·b ms, at most 8 images) so that these cores are never the limit:
+   saturation throughput X(N) at N = 1, 2, 4 Triton replicas, and X(N) / (N·X(1)).
+
+    python -m bench.pipeline [--duration 20] [--skip-real] [--skip-scale-out]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.benchlib import ROOT, demo_client, local_stack, write_result
+from inferline_stack.config import TRITON, StackConfig
+from inferline_stack.processes import ProcessTable
+from inferline_stack.scale import scale
+from inferline_testing.overload import stack_groups
+from inferline_testing.procfs import group_usage
+
+console = Console()
+
+REPOSITORY = ROOT / "build" / "model_repository"
+CLIENT = "demo client"
+# The processes of the inference path, as the table shows them, in the order of a request.
+PROCESSES = ("triton", "preprocess", "middleman", "envoy", "batcher", "eds", CLIENT)
+SLOW_SIMULATED_GPU = "--simulated-t0-ms 400 --simulated-k-ms 10 --max-batch-size 8"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    key: str  # its name in pipeline.json
+    title: str
+    model: str  # simulated_gpu or efficientnet_lite0
+    concurrency: int
+    batch: int  # images per request
+
+
+SCENARIOS = (
+    Scenario("real_1", "real model, conc 16, 1 image/request", "efficientnet_lite0", 16, 1),
+    Scenario("simulated_1", "simulated GPU, conc 32, 1 image/request", "simulated_gpu", 32, 1),
+    Scenario("simulated_8", "simulated GPU, conc 16, 8 images/request", "simulated_gpu", 16, 8),
+)
+
+
+def process_of(name: str) -> str | None:
+    """The table's row for a process of the stack (``triton-1`` -> ``triton``)."""
+    base = name.rsplit("-", 1)[0] if name[-1:].isdigit() else name
+    return base if base in PROCESSES else None  # prometheus is not on the inference path
+
+
+def cpu_seconds(config: StackConfig) -> dict[str, float]:
+    """CPU seconds each row's processes have used so far (replicas summed)."""
+    used = dict.fromkeys(PROCESSES, 0.0)
+    for name, pgid in stack_groups(config).items():
+        row = process_of(name)
+        if row is not None:
+            used[row] += group_usage(pgid).cpu_s
+    return used
+
+
+def children_cpu_seconds() -> float:
+    """CPU seconds of this process's finished children (the demo client runs)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure(
+    config: StackConfig, *, concurrency: int, batch: int, duration_s: float, warmup_s: float = 3
+) -> dict[str, Any]:
+    """CPU ms per image of each process over one demo-client run against ``config``'s stack."""
+    target = f"127.0.0.1:{config.public_port}"
+    extra = ("--batch", str(batch))
+    demo_client(target, warmup_s, concurrency, *extra)  # connections, pools, pipelines
+    before, client_before = cpu_seconds(config), children_cpu_seconds()
+    summary = demo_client(target, duration_s, concurrency, *extra)
+    after, client_after = cpu_seconds(config), children_cpu_seconds()
+    after[CLIENT], before[CLIENT] = client_after, client_before
+    images = summary["images"]
+    if not images:
+        raise SystemExit(f"no image was answered: {summary}")
+    per_image = {row: round((after[row] - before[row]) * 1000 / images, 2) for row in PROCESSES}
+    total = sum(per_image.values())
+    return {
+        "cpu_ms_per_image": per_image,
+        "total_cpu_ms_per_image": round(total, 2),
+        "images_per_s": round(summary["images_per_s"], 1),
+        "images_per_s_per_core": round(1000 / total, 1),
+        # cores busy for 1,000 images/s: total ms per image x 1,000 images/s / 1,000 ms/s
+        "cores_per_1000_images_per_s": round(total, 1),
+        "p50_ms": round(summary["p50_ms"], 1),
+        "p99_ms": round(summary["p99_ms"], 1),
+        "errors": summary["errors"],
+        "images": images,
+    }
+
+
+@contextmanager
+def stack(model: str, **overrides: Any) -> Iterator[StackConfig]:
+    """The default stack (no Prometheus: it is not on the inference path) serving ``model``."""
+    with (
+        tempfile.TemporaryDirectory(prefix="inferline-pipeline-") as run_dir,
+        local_stack(
+            Path(run_dir),
+            model_repository=str(REPOSITORY),
+            model=model,
+            models="",
+            prometheus=False,
+            **overrides,
+        ) as config,
+    ):
+        yield config
+
+
+def scenarios(chosen: tuple[Scenario, ...], duration_s: float) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for scenario in chosen:
+        status = f"{scenario.title}: starting the stack, then {duration_s:g} s …"
+        with console.status(status), stack(scenario.model) as config:
+            result = measure(
+                config,
+                concurrency=scenario.concurrency,
+                batch=scenario.batch,
+                duration_s=duration_s,
+            )
+        results[scenario.key] = {**asdict(scenario), **result}
+        console.print(
+            f"{scenario.title}: {result['total_cpu_ms_per_image']} CPU ms/image, "
+            f"{result['images_per_s']} images/s"
+        )
+    return results
+
+
+def scale_out(replicas: tuple[int, ...], duration_s: float) -> dict[str, Any]:
+    """Saturation images/s at each replica count, on the slowed simulated GPU."""
+    points: dict[int, dict[str, Any]] = {}
+    with stack("simulated_gpu", triton_args=SLOW_SIMULATED_GPU) as config:
+        table = ProcessTable(Path(config.run_dir))
+        for n in replicas:
+            if scale(config, table, TRITON, n) != 0:
+                raise SystemExit(f"could not scale Triton to {n} replicas")
+            # Enough requests in flight to fill every replica's batches twice over.
+            concurrency = 2 * 8 * n
+            with console.status(f"scale-out: {n} replica(s), concurrency {concurrency} …"):
+                summary = demo_client(f"127.0.0.1:{config.public_port}", 3, concurrency)
+                summary = demo_client(f"127.0.0.1:{config.public_port}", duration_s, concurrency)
+            points[n] = {
+                "concurrency": concurrency,
+                "images_per_s": round(summary["images_per_s"], 1),
+                "p99_ms": round(summary["p99_ms"], 1),
+                "errors": summary["errors"],
+            }
+            console.print(f"scale-out: N={n}: {points[n]['images_per_s']} images/s")
+    single = points[replicas[0]]["images_per_s"] / replicas[0]
+    for n, point in points.items():
+        point["efficiency"] = round(point["images_per_s"] / (n * single), 3)
+    return {
+        "simulated_gpu": SLOW_SIMULATED_GPU,
+        "points": {str(n): point for n, point in points.items()},
+    }
+
+
+def print_table(results: Mapping[str, Any]) -> None:
+    table = Table(title="CPU ms per image, by process (utime + stime over the run)")
+    table.add_column("process")
+    for result in results.values():
+        table.add_column(result["title"], justify="right")
+    for row in PROCESSES:
+        table.add_row(row, *(f"{r['cpu_ms_per_image'][row]:.2f}" for r in results.values()))
+    for key, label in (
+        ("total_cpu_ms_per_image", "total"),
+        ("images_per_s", "images/s"),
+        ("images_per_s_per_core", "images/s per core"),
+        ("cores_per_1000_images_per_s", "cores per 1,000 images/s"),
+    ):
+        table.add_row(label, *(str(r[key]) for r in results.values()), style="bold")
+    console.print(table)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds per measurement")
+    parser.add_argument("--skip-real", action="store_true", help="only the simulated GPU")
+    parser.add_argument("--skip-scale-out", action="store_true")
+    args = parser.parse_args()
+
+    chosen = tuple(s for s in SCENARIOS if not (args.skip_real and s.model != "simulated_gpu"))
+    results = scenarios(chosen, args.duration)
+    print_table(results)
+    out: dict[str, Any] = {
+        "scenarios": results,
+        "duration_s": args.duration,
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+    }
+    if not args.skip_scale_out:
+        out["scale_out"] = scale_out((1, 2, 4), args.duration)
+    console.print(f"wrote {write_result('pipeline', out)}")
+
+
+if __name__ == "__main__":
+    main()
