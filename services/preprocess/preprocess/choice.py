@@ -2,7 +2,11 @@
 
 ``dali-gpu``: DALI with ``device="mixed"`` (nvJPEG, and the hardware JPEG decoder where the GPU
 has one); ``dali-cpu``: DALI's CPU operators; ``opencv``: :mod:`preprocess.opencv`. ``auto``
-takes the first of these that this machine can run.
+takes ``dali-gpu`` where DALI sees a GPU and ``opencv`` everywhere else: on the CPU, OpenCV's
+JPEG decoder scales in the DCT domain (a 1/2, 1/4 or 1/8 decode when the photo is that much
+larger than the crop), which DALI's CPU decoder does not, and ``make bench-preprocess`` measured
+it at 2.3 CPU ms per image against DALI-CPU's 5.5 on the same photos. ``dali-cpu`` stays
+available by name.
 """
 
 from __future__ import annotations
@@ -43,9 +47,7 @@ def detect() -> Machine:
 def choose(requested: str, machine: Machine) -> str:
     """The backend to run: ``requested`` itself, or for ``auto`` the best this machine has."""
     if requested == "auto":
-        if machine.dali and machine.gpus > 0:
-            return "dali-gpu"
-        return "dali-cpu" if machine.dali else "opencv"
+        return "dali-gpu" if machine.dali and machine.gpus > 0 else "opencv"
     if requested.startswith("dali") and not machine.dali:
         raise BackendUnavailable(
             f"backend {requested!r} needs NVIDIA DALI (pip install 'inferline-preprocess[dali]'); "

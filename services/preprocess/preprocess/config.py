@@ -27,7 +27,7 @@ class Config:
     host: str = "0.0.0.0"
     port: int = 8091
     metrics_port: int = 9181
-    # auto: dali-gpu when DALI sees a GPU, else dali-cpu when DALI is installed, else opencv.
+    # auto: dali-gpu when DALI sees a GPU, else opencv (faster on a CPU than dali-cpu).
     backend: str = "auto"
     # Decoding threads (opencv) or single-threaded DALI CPU pipelines; 0 = every usable core.
     workers: int = 0

@@ -62,7 +62,7 @@ def decode(backend: DaliImageBackend | OpenCVBackend, images: list[bytes]) -> De
     ("requested", "machine", "chosen"),
     [
         ("auto", Machine(dali=True, gpus=1), "dali-gpu"),
-        ("auto", Machine(dali=True, gpus=0), "dali-cpu"),
+        ("auto", Machine(dali=True, gpus=0), "opencv"),  # faster than DALI's CPU decoders
         ("auto", Machine(dali=False, gpus=2), "opencv"),
         ("opencv", Machine(dali=True, gpus=1), "opencv"),
         ("dali-cpu", Machine(dali=True, gpus=1), "dali-cpu"),
