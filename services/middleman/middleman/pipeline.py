@@ -1,7 +1,9 @@
 """The stages middleman calls: decoding (in process, or the preprocess service) and inference.
 
 Each stage is a small async callable, so a deployment picks in-process or remote decoding, and
-Triton, the batcher or Envoy for inference, by configuration alone.
+Triton, the batcher or Envoy for inference, by configuration alone. Decoded images travel as
+:class:`Pixels`, the bytes the wire carries: what preprocess answers goes on to inference as
+it came, with no numpy or protobuf conversion in between.
 """
 
 from __future__ import annotations
@@ -10,15 +12,14 @@ import asyncio
 import logging
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Protocol
 
 import grpc
 import numpy as np
 import numpy.typing as npt
-import tritonclient.grpc.aio as triton
 from prometheus_client import Counter
 from tritonclient.grpc import service_pb2, service_pb2_grpc
-from tritonclient.utils import InferenceServerException
 
 from inferline import kserve
 from inferline.errors import InferError, from_upstream, invalid
@@ -32,13 +33,29 @@ DECODE_ERRORS = Counter(
     "inferline_middleman_decode_errors_total", "Images refused by decoding, by kind", ["kind"]
 )
 
-Images = npt.NDArray[np.uint8]  # [N, 3, crop, crop]
+
+@dataclass(frozen=True)
+class Pixels:
+    """Decoded images as the wire carries them: uint8 ``[count, 3, crop, crop]``, C order."""
+
+    data: bytes
+    count: int
+    crop: int
+
+    @classmethod
+    def of(cls, array: npt.NDArray[np.uint8]) -> Pixels:
+        """From an array ``[count, 3, crop, crop]`` (one copy: its bytes)."""
+        return cls(np.ascontiguousarray(array, np.uint8).tobytes(), array.shape[0], array.shape[-1])
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (self.count, 3, self.crop, self.crop)
 
 
 class Preprocessor(Protocol):
     async def __call__(
         self, images: Sequence[bytes], geometry: Geometry, time_left: float
-    ) -> Images: ...
+    ) -> Pixels: ...
 
     async def close(self) -> None: ...
 
@@ -59,7 +76,7 @@ class InProcessPreprocessor:
 
     async def __call__(
         self, images: Sequence[bytes], geometry: Geometry, time_left: float
-    ) -> Images:
+    ) -> Pixels:
         loop = asyncio.get_running_loop()
         tensors = await asyncio.gather(
             *(
@@ -67,7 +84,7 @@ class InProcessPreprocessor:
                 for i, d in enumerate(images)
             )
         )
-        return np.stack(tensors)
+        return Pixels(b"".join(t.tobytes() for t in tensors), len(tensors), geometry.crop)
 
     async def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
@@ -86,50 +103,51 @@ class RemotePreprocessor:
 
     def __init__(self, url: str, limits: Limits) -> None:
         self.url, self.limits = url, limits
-        self.client = triton.InferenceServerClient(url, channel_args=channel_options())
+        self.channel = grpc.aio.insecure_channel(url, options=channel_options())
+        self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
 
     async def __call__(
         self, images: Sequence[bytes], geometry: Geometry, time_left: float
-    ) -> Images:
+    ) -> Pixels:
         for index, data in enumerate(images):
             try:
                 check_size(data, self.limits)
             except DecodeError as exc:
                 DECODE_ERRORS.labels(exc.kind).inc()
                 raise invalid(f"image {index}: {exc}") from None
-        tensor = triton.InferInput("IMAGE", [len(images)], "BYTES")
-        tensor.set_data_from_numpy(np.array(list(images), dtype=np.object_))
-        outputs = [triton.InferRequestedOutput("TENSOR"), triton.InferRequestedOutput("ERRORS")]
+        request = service_pb2.ModelInferRequest(model_name=self.MODEL)
+        request.inputs.add(name="IMAGE", datatype="BYTES", shape=[len(images)])
+        request.outputs.add(name="ERRORS")
+        request.outputs.add(name="TENSOR")
+        for name, value in geometry_parameters(geometry).items():
+            request.parameters[name].int64_param = value
+        request.raw_input_contents.append(kserve.join_bytes(images))
         try:
-            result = await self.client.infer(
-                self.MODEL,
-                [tensor],
-                outputs=outputs,
-                client_timeout=time_left,
-                parameters=geometry_parameters(geometry),
-            )
-        except InferenceServerException as exc:
+            response = await self.stub.ModelInfer(request, timeout=time_left)
+        except grpc.aio.AioRpcError as exc:
             raise from_upstream(exc, f"preprocess at {self.url}") from None
-        errors, batch = result.as_numpy("ERRORS"), result.as_numpy("TENSOR")
-        if errors is None or batch is None:
+        tensors = {t.name: (t, i) for i, t in enumerate(response.outputs)}
+        if set(tensors) != {"ERRORS", "TENSOR"}:
             raise InferError(
                 grpc.StatusCode.INTERNAL, f"preprocess at {self.url} returned no TENSOR or ERRORS"
             )
-        for index, message in enumerate(errors.ravel()):
+        for index, message in enumerate(kserve.output_array(response, "ERRORS").ravel()):
             if message:
                 DECODE_ERRORS.labels("remote").inc()
                 raise invalid(f"image {index}: {bytes(message).decode(errors='replace')}")
-        expected = [len(images), 3, geometry.crop, geometry.crop]
-        if list(batch.shape) != expected or batch.dtype != np.uint8:
+        tensor, index = tensors["TENSOR"]
+        pixels = Pixels(response.raw_output_contents[index], len(images), geometry.crop)
+        shape = list(tensor.shape)
+        if tensor.datatype != "UINT8" or shape != list(pixels.shape):
             raise InferError(
                 grpc.StatusCode.INTERNAL,
-                f"preprocess at {self.url} returned {batch.dtype} {list(batch.shape)}; expected "
-                f"uint8 {expected}",
+                f"preprocess at {self.url} returned {tensor.datatype} {shape}; expected "
+                f"UINT8 {list(pixels.shape)}",
             )
-        return np.asarray(batch)
+        return pixels
 
     async def close(self) -> None:
-        await self.client.close()
+        await self.channel.close()
 
 
 class TritonUpstream:
@@ -145,12 +163,12 @@ class TritonUpstream:
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
 
     async def infer(
-        self, model: Classifier, batch: Images, time_left: float
+        self, model: Classifier, pixels: Pixels, time_left: float
     ) -> npt.NDArray[np.float32]:
         request = service_pb2.ModelInferRequest(model_name=model.model)
-        request.inputs.add(name=model.input, datatype="UINT8", shape=batch.shape)
+        request.inputs.add(name=model.input, datatype="UINT8", shape=pixels.shape)
         request.outputs.add(name=model.output)
-        request.raw_input_contents.append(np.ascontiguousarray(batch).tobytes())
+        request.raw_input_contents.append(pixels.data)
         try:
             response = await self.stub.ModelInfer(request, timeout=time_left)
             output = kserve.output_array(response, model.output)
@@ -158,7 +176,7 @@ class TritonUpstream:
             raise from_upstream(exc, f"inference at {self.url}") from None
         except (KeyError, InferError):
             output = None
-        if output is None or output.shape[0] != batch.shape[0]:
+        if output is None or output.shape[0] != pixels.count:
             raise InferError(
                 grpc.StatusCode.INTERNAL,
                 f"inference at {self.url} returned no {model.output!r} of {model.model!r} for "
@@ -168,7 +186,7 @@ class TritonUpstream:
             raise InferError(
                 grpc.StatusCode.INTERNAL,
                 f"inference at {self.url}: {model.model!r} returned {list(output.shape)}, "
-                f"expected [{batch.shape[0]}, {len(model.labels)}] (one score per label)",
+                f"expected [{pixels.count}, {len(model.labels)}] (one score per label)",
             )
         return np.asarray(output, dtype=np.float32)
 

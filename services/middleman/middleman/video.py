@@ -26,7 +26,7 @@ from inferline.server import channel_options
 from middleman.budget import Budget
 from middleman.classifiers import Classifier
 from middleman.outputs import ClassifiedFrame
-from middleman.pipeline import TritonUpstream, geometry_parameters
+from middleman.pipeline import Pixels, TritonUpstream, geometry_parameters
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +165,8 @@ class VideoClassifier:
         held: ClassifiedFrame | None = None  # one frame back, to mark the last one
         async for chunk in self.frames(video, parameters, time_left):
             timeout = self.timeout if budget is None else budget.left("inference")
-            probabilities = await self.upstream.infer(self.classifier, chunk.tensors, timeout)
+            pixels = Pixels.of(chunk.tensors)
+            probabilities = await self.upstream.infer(self.classifier, pixels, timeout)
             for i in range(len(chunk)):
                 if held is not None:
                     yield held

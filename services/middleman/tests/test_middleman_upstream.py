@@ -14,7 +14,7 @@ from inferline import kserve
 from inferline.errors import InferError
 from inferline.imaging.decode import Limits
 from inferline_testing.ports import free_port
-from middleman.pipeline import RemotePreprocessor, TritonUpstream
+from middleman.pipeline import Pixels, RemotePreprocessor, TritonUpstream
 
 from .conftest import (
     CLASSES,
@@ -39,8 +39,8 @@ CODES = [
 LIMITS = Limits(max_bytes=1024, max_pixels=40_000_000)
 
 
-def batch(n: int = 2) -> np.ndarray[tuple[int, ...], np.dtype[np.uint8]]:
-    return np.zeros((n, 3, CROP, CROP), np.uint8)
+def batch(n: int = 2) -> Pixels:
+    return Pixels.of(np.zeros((n, 3, CROP, CROP), np.uint8))
 
 
 async def failure(call: Callable[[], Awaitable[object]]) -> InferError:
@@ -135,7 +135,7 @@ async def test_preprocess_gets_its_deadline_and_returns_the_batch(fake_preproces
     preprocess = RemotePreprocessor(fake_preprocess.url, LIMITS)
     try:
         tensors = await preprocess([b"one", b"two", b"three"], GEOMETRY, 2.5)
-        assert tensors.shape == (3, 3, CROP, CROP) and tensors.dtype == np.uint8
+        assert tensors.shape == (3, 3, CROP, CROP) and len(tensors.data) == 3 * 3 * CROP * CROP
         (call,) = fake_preprocess.servicer.calls
         assert kserve.parameters(call) == {"resize": GEOMETRY.resize, "crop": GEOMETRY.crop}
         (time_left,) = fake_preprocess.servicer.time_left
@@ -177,8 +177,8 @@ async def test_tensors_of_another_crop_are_internal(
         error = await failure(lambda: preprocess([b"image"], GEOMETRY, 5.0))
         assert error.code == grpc.StatusCode.INTERNAL
         assert error.message == (
-            f"preprocess at {fake_preprocess.url} returned uint8 [1, 3, {CROP // 2}, {CROP // 2}]; "
-            f"expected uint8 [1, 3, {CROP}, {CROP}]"
+            f"preprocess at {fake_preprocess.url} returned UINT8 [1, 3, {CROP // 2}, {CROP // 2}]; "
+            f"expected UINT8 [1, 3, {CROP}, {CROP}]"
         )
     finally:
         await preprocess.close()
