@@ -12,7 +12,8 @@
    ``t0 + k·b`` = 400 + 10·b ms, at most 8 images) so that these cores are never the limit:
    saturation throughput X(N) at N = 1, 2, 4 Triton replicas, and X(N) / (N·X(1)).
 
-    python -m bench.pipeline [--duration 20] [--skip-real] [--skip-scale-out]
+    python -m bench.pipeline [--duration 20] [--scenarios real_1,simulated_1,simulated_8]
+                             [--skip-scale-out]
 """
 
 from __future__ import annotations
@@ -200,11 +201,19 @@ def print_table(results: Mapping[str, Any]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per measurement")
-    parser.add_argument("--skip-real", action="store_true", help="only the simulated GPU")
+    parser.add_argument(
+        "--scenarios",
+        default=",".join(s.key for s in SCENARIOS),
+        help="which, comma-separated (default: %(default)s)",
+    )
     parser.add_argument("--skip-scale-out", action="store_true")
     args = parser.parse_args()
 
-    chosen = tuple(s for s in SCENARIOS if not (args.skip_real and s.model != "simulated_gpu"))
+    keys = {key.strip() for key in args.scenarios.split(",") if key.strip()}
+    known = [s.key for s in SCENARIOS]
+    if unknown := keys - set(known):
+        parser.error(f"unknown scenarios {sorted(unknown)}; choose from {known}")
+    chosen = tuple(s for s in SCENARIOS if s.key in keys)
     results = scenarios(chosen, args.duration)
     print_table(results)
     out: dict[str, Any] = {

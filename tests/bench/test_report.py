@@ -1,0 +1,69 @@
+"""The README's performance section is rendered from the result files, goal by goal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench import report
+
+
+def scenario(title: str, total: float) -> dict[str, Any]:
+    return {
+        "title": title,
+        "cpu_ms_per_image": {"triton": total / 2, "preprocess": total / 2},
+        "total_cpu_ms_per_image": total,
+        "images_per_s": 100.0,
+        "images_per_s_per_core": round(1000 / total, 1),
+        "cores_per_1000_images_per_s": total,
+    }
+
+
+PIPELINE = {
+    "cpus": 2,
+    "duration_s": 20.0,
+    "scenarios": {
+        "simulated_1": scenario("simulated GPU, 1 image/request", 4.5),
+        "simulated_8": scenario("simulated GPU, 8 images/request", 3.5),
+    },
+    "scale_out": {
+        "simulated_gpu": "--simulated-t0-ms 400",
+        "points": {
+            "1": {"images_per_s": 16.0, "efficiency": 1.0, "p99_ms": 990.0},
+            "4": {"images_per_s": 60.0, "efficiency": 0.938, "p99_ms": 1100.0},
+        },
+    },
+}
+RESULTS: dict[str, dict[str, Any] | None] = {
+    "pipeline": PIPELINE,
+    "preprocess": None,
+    "e2e": {"ratio": 0.64},
+    "batcher": {"added_latency": {"added_p50_ms": 0.9}},
+}
+README = f"# title\n\nbefore\n\n{report.START}\nold figures\n{report.END}\n\nafter\n"
+
+
+def test_the_section_between_the_markers_is_replaced_and_nothing_else() -> None:
+    text = report.render(README, RESULTS)
+    assert text.startswith("# title\n\nbefore\n\n") and text.endswith("\n\nafter\n")
+    assert "old figures" not in text
+    assert "| preprocess | 2.25 ms | 1.75 ms |" in text
+    assert "| **total** | 4.5 ms | 3.5 ms |" in text
+    assert "| 4 | 60.0 | 0.938 | 1100.0 ms |" in text
+
+
+def test_each_goal_says_met_or_missed_with_its_figure() -> None:
+    lines = report.goals(RESULTS)
+    assert lines == [
+        "- simulated GPU, 1 image per request: 4.5 CPU ms per image, goal ≤ 5.0 (met)",
+        "- simulated GPU, 8 images per request: 3.5 CPU ms per image, goal ≤ 3.0 (**missed**)",
+        "- scale-out efficiency at 4 replicas: 0.938, goal ≥ 0.9 (met)",
+        "- end to end / model only (`make bench-e2e`): 0.64, goal ≥ 0.7 (**missed**)",
+        "- latency the batcher adds, p50 (`make bench-batcher`): 0.9 ms, goal ≤ 1.0 (met)",
+    ]
+
+
+def test_a_readme_without_markers_is_refused() -> None:
+    with pytest.raises(SystemExit, match="no performance markers"):
+        report.render("# no section\n", RESULTS)
