@@ -55,12 +55,22 @@ class Scenario:
     model: str  # simulated_gpu or efficientnet_lite0
     concurrency: int
     batch: int  # images per request
+    decode: str = "service"  # INFERLINE_STACK_DECODE: the preprocess service, or in middleman
 
 
 SCENARIOS = (
     Scenario("real_1", "real model, conc 16, 1 image/request", "efficientnet_lite0", 16, 1),
     Scenario("simulated_1", "simulated GPU, conc 32, 1 image/request", "simulated_gpu", 32, 1),
     Scenario("simulated_8", "simulated GPU, conc 16, 8 images/request", "simulated_gpu", 16, 8),
+    # The other arrangement: decoding in middleman's process, one hop (and its gRPC) fewer.
+    Scenario(
+        "simulated_1_inprocess",
+        "simulated GPU, conc 32, 1 image/request, decoding in middleman",
+        "simulated_gpu",
+        32,
+        1,
+        decode="inprocess",
+    ),
 )
 
 
@@ -133,11 +143,14 @@ def stack(model: str, **overrides: Any) -> Iterator[StackConfig]:
         yield config
 
 
-def scenarios(chosen: tuple[Scenario, ...], duration_s: float) -> dict[str, Any]:
+def scenarios(chosen: tuple[Scenario, ...], duration_s: float, **overrides: Any) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for scenario in chosen:
         status = f"{scenario.title}: starting the stack, then {duration_s:g} s …"
-        with console.status(status), stack(scenario.model) as config:
+        with (
+            console.status(status),
+            stack(scenario.model, decode=scenario.decode, **overrides) as config,
+        ):
             result = measure(
                 config,
                 concurrency=scenario.concurrency,
@@ -207,6 +220,9 @@ def main() -> None:
         help="which, comma-separated (default: %(default)s)",
     )
     parser.add_argument("--skip-scale-out", action="store_true")
+    parser.add_argument(
+        "--envoy-workers", type=int, default=0, help="Envoy's worker threads (0: the stack's)"
+    )
     args = parser.parse_args()
 
     keys = {key.strip() for key in args.scenarios.split(",") if key.strip()}
@@ -214,7 +230,7 @@ def main() -> None:
     if unknown := keys - set(known):
         parser.error(f"unknown scenarios {sorted(unknown)}; choose from {known}")
     chosen = tuple(s for s in SCENARIOS if s.key in keys)
-    results = scenarios(chosen, args.duration)
+    results = scenarios(chosen, args.duration, envoy_workers=args.envoy_workers)
     print_table(results)
     out: dict[str, Any] = {
         "scenarios": results,

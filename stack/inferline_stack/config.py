@@ -64,6 +64,8 @@ class StackConfig:
     batcher_listener_port: int = 8082
     triton_listener_port: int = 8083
     envoy_admin_port: int = 9901
+    # Envoy's worker threads; 0: a quarter of the cores, at least one.
+    envoy_workers: int = 0
     # The services themselves (replica 0), where Envoy sends what it balances.
     middleman_port: int = 8090
     middleman_metrics_port: int = 9180
@@ -113,6 +115,7 @@ class StackConfig:
             "proxyless",
             "proxyless gRPC is how the batcher reaches Triton: it needs batcher=true",
         )
+        require(self.envoy_workers >= 0, PREFIX, "envoy_workers", "must be >= 0 (0: automatic)")
         require(self.scrape_interval_s > 0, PREFIX, "scrape_interval_s", "must be positive")
         require(self.start_timeout_s > 0, PREFIX, "start_timeout_s", "must be positive")
         require(self.stop_grace_s >= 0, PREFIX, "stop_grace_s", "must not be negative")

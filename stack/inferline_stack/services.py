@@ -210,11 +210,12 @@ def envoy_params(config: StackConfig) -> envoy_config.EnvoyParams:
     )
 
 
-def envoy_workers() -> int:
-    """Envoy's worker threads: a quarter of the cores, at least one. The whole pipeline shares
-    this machine's cores and Envoy's share of the work is small; on 2 cores, one worker cost
-    5-8% less CPU per image than two (`make bench-pipeline`, runs alternated)."""
-    return max(1, len(os.sched_getaffinity(0)) // 4)
+def envoy_workers(config: StackConfig) -> int:
+    """Envoy's worker threads: as configured, or a quarter of the cores, at least one. The
+    whole pipeline shares this machine's cores and Envoy's share of the work is small; on 2
+    cores, one worker cost 5-8% less CPU per image than two (`make bench-pipeline`, runs
+    alternated)."""
+    return config.envoy_workers or max(1, len(os.sched_getaffinity(0)) // 4)
 
 
 def envoy(config: StackConfig) -> Service:
@@ -225,7 +226,7 @@ def envoy(config: StackConfig) -> Service:
     """
     path = run_path(config, "envoy.yaml").resolve()
     admin = config.admin_url
-    flags = ["--disable-hot-restart", "--concurrency", str(envoy_workers()), "-l", "warning"]
+    flags = ["--disable-hot-restart", "--concurrency", str(envoy_workers(config)), "-l", "warning"]
     return Service(
         name=ENVOY,
         argv=[envoy_config.envoy_binary(), "-c", str(path), *flags],
