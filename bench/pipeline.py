@@ -45,7 +45,15 @@ REPOSITORY = ROOT / "build" / "model_repository"
 CLIENT = "demo client"
 # The processes of the inference path, as the table shows them, in the order of a request.
 PROCESSES = ("triton", "preprocess", "middleman", "envoy", "batcher", "eds", CLIENT)
-SLOW_SIMULATED_GPU = "--simulated-t0-ms 400 --simulated-k-ms 10 --max-batch-size 8"
+SLOW_T0_MS, SLOW_K_MS, SLOW_MAX_BATCH = 400, 10, 8
+SLOW_SIMULATED_GPU = (
+    f"--simulated-t0-ms {SLOW_T0_MS} --simulated-k-ms {SLOW_K_MS} --max-batch-size {SLOW_MAX_BATCH}"
+)
+
+
+def slow_ceiling(replicas: int) -> float:
+    """Images/s of ``replicas`` slowed simulated GPUs each running full batches back to back."""
+    return replicas * SLOW_MAX_BATCH * 1000 / (SLOW_T0_MS + SLOW_K_MS * SLOW_MAX_BATCH)
 
 
 @dataclass(frozen=True)
@@ -181,6 +189,7 @@ def scale_out(replicas: tuple[int, ...], duration_s: float) -> dict[str, Any]:
             points[n] = {
                 "concurrency": concurrency,
                 "images_per_s": round(summary["images_per_s"], 1),
+                "of_ceiling": round(summary["images_per_s"] / slow_ceiling(n), 3),
                 "p99_ms": round(summary["p99_ms"], 1),
                 "errors": summary["errors"],
             }
