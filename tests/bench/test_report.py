@@ -67,3 +67,8 @@ def test_each_goal_says_met_or_missed_with_its_figure() -> None:
 def test_a_readme_without_markers_is_refused() -> None:
     with pytest.raises(SystemExit, match="no performance markers"):
         report.render("# no section\n", RESULTS)
+
+
+def test_the_readme_shows_the_committed_results() -> None:
+    """The README's section is the one `python -m bench.report` makes from bench/results."""
+    assert report.main(["--check"]) == 0, "run python -m bench.report"
