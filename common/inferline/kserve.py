@@ -119,11 +119,18 @@ def find_input(
 def find_batch(
     request: service_pb2.ModelInferRequest, name: str, hint: str, max_batch: int
 ) -> list[bytes]:
-    """BYTES input ``name`` of shape [N], 1 <= N <= ``max_batch``, as a list of elements."""
+    """BYTES input ``name`` of shape [N, 1] or [N], 1 <= N <= ``max_batch``, as a list.
+
+    A batching model whose configuration says ``dims: [1]`` takes ``[N, 1]`` on Triton, and
+    that is what a client building its request from the configuration sends; ``[N]`` is the
+    shape most clients send for a list of files, and is accepted too.
+    """
     items = find_input(request, name, "BYTES", hint)
+    if items.ndim == 2 and items.shape[1] == 1:
+        items = items.reshape(-1)
     if items.ndim != 1 or not 0 < items.shape[0] <= max_batch:
         raise invalid(
-            f"input {name!r} must have shape [N] with 1 <= N <= {max_batch} "
+            f"input {name!r} must have shape [N, 1] or [N] with 1 <= N <= {max_batch} "
             f"(max_batch); got {list(items.shape)}"
         )
     return list(items)

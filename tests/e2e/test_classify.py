@@ -66,10 +66,30 @@ def test_metadata_answers_as_triton_would(public_url: str) -> None:
         assert "classification" in client.get_server_metadata().extensions
         meta = client.get_model_metadata("classifier")
         assert [(t.name, t.datatype, list(t.shape)) for t in meta.inputs] == [
-            ("IMAGE", "BYTES", [-1])
+            ("IMAGE", "BYTES", [-1, 1])
         ]
         assert [(t.name, t.datatype, list(t.shape)) for t in meta.outputs] == [
             ("PROBABILITIES", "FP32", [-1, 1000])
         ]
         config = client.get_model_config("classifier").config
         assert config.name == "classifier" and config.max_batch_size > 0
+
+
+def test_a_request_built_from_the_models_description_is_answered(public_url: str) -> None:
+    """As Triton's own image clients build theirs: the input's name and datatype from the
+    metadata, its shape from the configuration's dims behind the batch dimension."""
+    images = [media.cat_jpeg(), media.cat_jpeg()]
+    with triton.InferenceServerClient(public_url) as client:
+        (described,) = client.get_model_metadata("classifier").inputs
+        config = client.get_model_config("classifier").config
+        shape = [len(images), *config.input[0].dims]
+        assert config.max_batch_size > 0 and shape == [2, 1]
+        tensor = triton.InferInput(described.name, shape, described.datatype)
+        tensor.set_data_from_numpy(np.array(images, dtype=np.object_).reshape(shape))
+        output = triton.InferRequestedOutput(
+            client.get_model_metadata("classifier").outputs[0].name
+        )
+        result = client.infer("classifier", [tensor], outputs=[output])
+    probabilities = result.as_numpy("PROBABILITIES")
+    assert probabilities is not None and probabilities.shape == (2, 1000)
+    assert all(int(row.argmax()) in media.CAT_CLASSES for row in probabilities)

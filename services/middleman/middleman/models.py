@@ -23,7 +23,7 @@ FRAME_INDEX = "FRAME_INDEX"
 TIMESTAMP = "TIMESTAMP"
 VIDEO_OUTPUTS = (FRAME_INDEX, TIMESTAMP, OUTPUT)
 
-INPUT_HINT = "BYTES [N], each element one encoded JPEG, PNG, WebP, BMP or GIF file"
+INPUT_HINT = "BYTES [N, 1] or [N], each element one encoded JPEG, PNG, WebP, BMP or GIF file"
 VIDEO_HINT = "BYTES [1], one whole mp4, mkv or webm file"
 
 _Tensor = service_pb2.ModelMetadataResponse.TensorMetadata
@@ -49,7 +49,7 @@ def model_metadata(model: str, classes: int) -> service_pb2.ModelMetadataRespons
         name=model,
         versions=[VERSION],
         platform=PLATFORM,
-        inputs=[_Tensor(name=INPUT, datatype="BYTES", shape=[-1])],
+        inputs=[_Tensor(name=INPUT, datatype="BYTES", shape=[-1, 1])],  # as config's dims [1]
         outputs=[_Tensor(name=OUTPUT, datatype="FP32", shape=[-1, classes])],
     )
 

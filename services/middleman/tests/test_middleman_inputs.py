@@ -52,13 +52,14 @@ def test_a_batch_of_other_rank_is_refused_with_its_shape() -> None:
     assert "got [2, 2]" in refusal(inputs.images, request, MAX_BATCH)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="DESIGN.md: max_batch_size with dims [1] means [N, 1] (as on Triton), and [N] is "
-    "accepted too; inferline.kserve.find_batch accepts [N] only",
-)
 def test_a_batch_shaped_as_the_config_says_n_by_1_is_accepted() -> None:
     assert inputs.images(bytes_request([b"a", b"b"], shape=[2, 1]), MAX_BATCH) == [b"a", b"b"]
+
+
+def test_a_batch_of_another_shape_is_refused_naming_both_accepted_ones() -> None:
+    message = refusal(inputs.images, bytes_request([b"a", b"b"], shape=[1, 2]), MAX_BATCH)
+    assert f"must have shape [N, 1] or [N] with 1 <= N <= {MAX_BATCH}" in message
+    assert message.endswith("got [1, 2]")
 
 
 def test_the_wrong_input_name_is_refused_naming_the_expected_one() -> None:

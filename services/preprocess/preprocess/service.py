@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 MODEL = "preprocess"
 VIDEO_MODEL = "preprocess_video"
 MODELS = (MODEL, VIDEO_MODEL)
-IMAGE_HINT = "BYTES [N], each element one encoded JPEG, PNG, WebP, BMP or GIF file"
+IMAGE_HINT = "BYTES [N, 1] or [N], each element one encoded JPEG, PNG, WebP, BMP or GIF file"
 VIDEO_HINT = "BYTES [1], one whole mp4, mkv or webm file"
 IMAGE_OUTPUTS = ("TENSOR", "ERRORS")
 VIDEO_OUTPUTS = ("TENSOR", "FRAME_INDEX", "TIMESTAMP")
@@ -97,7 +97,7 @@ class PreprocessService(KServeServicer):
         crop = self.decoders.default.crop
         frames = tensor(name="TENSOR", datatype="UINT8", shape=[-1, 3, crop, crop])
         if request.name == MODEL:
-            inputs = [tensor(name="IMAGE", datatype="BYTES", shape=[-1])]
+            inputs = [tensor(name="IMAGE", datatype="BYTES", shape=[-1, 1])]  # config: dims [1]
             outputs = [frames, tensor(name="ERRORS", datatype="BYTES", shape=[-1])]
         else:
             inputs = [tensor(name="VIDEO", datatype="BYTES", shape=[1])]
