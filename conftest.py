@@ -78,12 +78,14 @@ def _service_env(service: str, port: int, **settings: str) -> dict[str, str]:
 def middlemen(
     stack: StackConfig, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, str]]:
-    """{placement: address} of two more middlemen on the session's Triton, as processes
-    exactly as deployed: ``remote-decode`` (with a preprocess service of its own) and
-    ``in-process-decode``. Each is ready once its KServe ServerReady and ModelReady say so."""
+    """{placement: gRPC address, placement + "-rest": REST address} of two more middlemen on
+    the session's Triton, as processes exactly as deployed: ``remote-decode`` (with a
+    preprocess service of its own) and ``in-process-decode``. Each is ready once its KServe
+    ServerReady and ModelReady say so."""
     table = ProcessTable(tmp_path_factory.mktemp("placements"))
     preprocess_port = free_port()
     ports = {placement: free_port() for placement in PLACEMENTS[1:]}
+    rest_ports = {placement: free_port() for placement in PLACEMENTS[1:]}
     triton = f"127.0.0.1:{stack.triton_grpc_port}"
     processes = {  # name -> (module, env, address, model it serves)
         "preprocess": (
@@ -100,6 +102,7 @@ def middlemen(
                 _service_env(
                     "middleman",
                     port,
+                    rest_port=str(rest_ports[placement]),
                     triton_url=triton,
                     triton_model=stack.model,
                     repository=stack.model_repository,
@@ -121,7 +124,10 @@ def middlemen(
             running = functools.partial(table.running, name)
             if not wait_ready(address, model, START_TIMEOUT_S, running):
                 pytest.fail(f"{name} did not become ready:\n{table.log_tail(name)}")
-        yield {placement: f"127.0.0.1:{port}" for placement, port in ports.items()}
+        yield {
+            **{placement: f"127.0.0.1:{port}" for placement, port in ports.items()},
+            **{f"{placement}-rest": f"127.0.0.1:{port}" for placement, port in rest_ports.items()},
+        }
     finally:
         table.stop_all(list(processes), 10)
 
@@ -133,3 +139,13 @@ def public_url(request: pytest.FixtureRequest, stack: StackConfig) -> str:
         return f"127.0.0.1:{stack.public_port}"
     middlemen: dict[str, str] = request.getfixturevalue("middlemen")
     return middlemen[request.param]
+
+
+@pytest.fixture(scope="session", params=PLACEMENTS)
+def public_rest_url(request: pytest.FixtureRequest, stack: StackConfig) -> str:
+    """The public KServe v2 REST endpoint (host:port) of each placement in turn: the stack's is
+    the same Envoy listener as its gRPC one (Envoy routes by content-type)."""
+    if request.param == "stack":
+        return f"127.0.0.1:{stack.public_port}"
+    middlemen: dict[str, str] = request.getfixturevalue("middlemen")
+    return middlemen[f"{request.param}-rest"]

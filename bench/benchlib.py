@@ -97,6 +97,7 @@ def direct_pipeline(run_dir: Path, repository: Path) -> Iterator[str]:
             {
                 "INFERLINE_MIDDLEMAN_PORT": str(middleman_port),
                 "INFERLINE_MIDDLEMAN_METRICS_PORT": str(free_port()),
+                "INFERLINE_MIDDLEMAN_REST_PORT": str(free_port()),
                 "INFERLINE_MIDDLEMAN_TRITON_URL": triton,
                 "INFERLINE_MIDDLEMAN_PREPROCESS_URL": "",
             },

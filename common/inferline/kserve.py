@@ -189,10 +189,12 @@ def classify(
     return np.array(rows, dtype=np.object_).reshape(probabilities.shape[0], k)
 
 
-def parameters(request: service_pb2.ModelInferRequest) -> dict[str, bool | int | float | str]:
-    """A request's ``parameters`` map as plain Python values."""
+def parameters(
+    message: service_pb2.ModelInferRequest | service_pb2.ModelInferResponse,
+) -> dict[str, bool | int | float | str]:
+    """A request's (or response's) ``parameters`` map as plain Python values."""
     values: dict[str, bool | int | float | str] = {}
-    for key, param in request.parameters.items():
+    for key, param in message.parameters.items():
         kind = param.WhichOneof("parameter_choice")
         if kind is not None:
             values[key] = getattr(param, kind)

@@ -231,3 +231,76 @@ class RpcMetrics(grpc.aio.ServerInterceptor):
 
             return grpc.stream_stream_rpc_method_handler(stream_stream, deserialize, serialize)
         return handler  # unary-stream and stream-unary: no RPC of this project's has them
+
+
+@dataclass(frozen=True)
+class HttpCollectors:
+    """A service's per-request metrics of its HTTP/REST API (``inferline_<service>_http_*``),
+    the REST twins of :class:`RpcCollectors`: ``route`` is the route's path pattern
+    (``/v2/models/{model}/infer``) and ``code`` the HTTP status."""
+
+    requests: Counter  # route, model, code
+    duration: Histogram  # route, model
+    inflight: Gauge  # route
+    received: Counter  # route, model: request body bytes
+    sent: Counter  # route, model: response body bytes
+
+
+@functools.cache
+def http_collectors(service: str) -> HttpCollectors:
+    prefix = f"inferline_{service}_http"
+    return HttpCollectors(
+        requests=Counter(
+            f"{prefix}_requests_total",
+            "HTTP/REST requests handled, by KServe route, model and HTTP status",
+            ["route", "model", "code"],
+        ),
+        duration=Histogram(
+            f"{prefix}_request_duration_seconds",
+            "HTTP/REST request handling time, by route and model",
+            ["route", "model"],
+            buckets=LATENCY_BUCKETS,
+        ),
+        inflight=Gauge(f"{prefix}_inflight_requests", "HTTP requests being handled", ["route"]),
+        received=Counter(
+            f"{prefix}_received_bytes_total", "Request body bytes received", ["route", "model"]
+        ),
+        sent=Counter(f"{prefix}_sent_bytes_total", "Response body bytes sent", ["route", "model"]),
+    )
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def http_metrics(service: str, unmeasured: frozenset[str] = frozenset()) -> Any:
+    """An aiohttp middleware that measures every request to a known route but those in
+    ``unmeasured`` (health checks). The model becomes a label only once the server has
+    answered for it (not 404), as for gRPC; an unknown path is not measured at all."""
+    collectors = http_collectors(service)
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else None
+        if route is None or route in unmeasured:
+            return await handler(request)
+        inflight = collectors.inflight.labels(route)
+        inflight.inc()
+        start, code, response = time.perf_counter(), 500, None
+        try:
+            response = await handler(request)
+            code = response.status
+            return response
+        except web.HTTPException as exc:
+            code = exc.status
+            raise
+        finally:
+            inflight.dec()
+            model = "" if code == 404 else request.match_info.get("model", "")
+            collectors.requests.labels(route, model, str(code)).inc()
+            collectors.duration.labels(route, model).observe(time.perf_counter() - start)
+            collectors.received.labels(route, model).inc(request.content_length or 0)
+            sent = response.content_length if response is not None else None
+            collectors.sent.labels(route, model).inc(sent or 0)
+
+    return middleware

@@ -39,6 +39,23 @@ class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 grpc.StatusCode.NOT_FOUND, f"model {name!r} has no version {version!r}; use 1"
             )
 
+    def server_metadata(self) -> service_pb2.ServerMetadataResponse:
+        return service_pb2.ServerMetadataResponse(
+            name=self.server_name, version=__version__, extensions=list(self.extensions)
+        )
+
+    async def model_ready(self, name: str, version: str = "") -> bool:
+        return self.serves(name, version) and await self.ready()
+
+    async def repository_index(self) -> service_pb2.RepositoryIndexResponse:
+        """Every model served here, as Triton lists its repository (all are loaded for as long
+        as the server runs)."""
+        state = "READY" if await self.ready() else "UNAVAILABLE"
+        index = service_pb2.RepositoryIndexResponse.ModelIndex
+        return service_pb2.RepositoryIndexResponse(
+            models=[index(name=name, version="1", state=state) for name in self.models]
+        )
+
     async def ServerLive(
         self, request: service_pb2.ServerLiveRequest, context: Context
     ) -> service_pb2.ServerLiveResponse:
@@ -52,23 +69,17 @@ class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ServerMetadata(
         self, request: service_pb2.ServerMetadataRequest, context: Context
     ) -> service_pb2.ServerMetadataResponse:
-        return service_pb2.ServerMetadataResponse(
-            name=self.server_name, version=__version__, extensions=list(self.extensions)
-        )
+        return self.server_metadata()
 
     async def ModelReady(
         self, request: service_pb2.ModelReadyRequest, context: Context
     ) -> service_pb2.ModelReadyResponse:
-        served = self.serves(request.name, request.version)
-        return service_pb2.ModelReadyResponse(ready=served and await self.ready())
+        return service_pb2.ModelReadyResponse(
+            ready=await self.model_ready(request.name, request.version)
+        )
 
     async def RepositoryIndex(
         self, request: service_pb2.RepositoryIndexRequest, context: Context
     ) -> service_pb2.RepositoryIndexResponse:
-        """Every model served here, as Triton lists its repository (``ready`` ignored: all are
-        loaded for as long as the server runs)."""
-        state = "READY" if await self.ready() else "UNAVAILABLE"
-        index = service_pb2.RepositoryIndexResponse.ModelIndex
-        return service_pb2.RepositoryIndexResponse(
-            models=[index(name=name, version="1", state=state) for name in self.models]
-        )
+        """:meth:`repository_index` (``ready`` ignored: all are loaded)."""
+        return await self.repository_index()

@@ -12,6 +12,7 @@ which address to listen on, health-check pace). ``--validate`` runs the real bin
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import ipaddress
 import re
@@ -31,6 +32,10 @@ TEMPLATE_NAME = "envoy.template.yaml"  # package data, beside this module in the
 PLACEHOLDER = re.compile(r"\$\{([a-z_]+)\}")
 XDS_APIS = ("GRPC", "DELTA_GRPC")
 DEFAULT_LISTENERS = (("middleman", 8080), ("preprocess", 8081), ("batcher", 8082), ("triton", 8083))
+# Hops whose listener also takes HTTP/REST, and the cluster of their REST port.
+DEFAULT_REST = (("middleman", "middleman-rest"),)
+# What tells gRPC from the rest: gRPC's content-type, application/grpc[+proto|+json|...].
+GRPC_MATCH = {"name": "content-type", "string_match": {"prefix": "application/grpc"}}
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,7 @@ class EnvoyParams:
     """Everything the template leaves open. Defaults are the local stack's."""
 
     listeners: tuple[tuple[str, int], ...] = DEFAULT_LISTENERS  # (cluster, listener port)
+    rest: tuple[tuple[str, str], ...] = DEFAULT_REST  # (cluster, its REST cluster)
     node_id: str = "envoy-local"
     listen_address: str = "127.0.0.1"
     admin_address: str = "127.0.0.1"
@@ -76,6 +82,9 @@ class EnvoyParams:
         names = [n for n, _ in self.listeners]
         if len(set(names)) != len(names):
             raise ValueError(f"a cluster has two listeners: {names}")
+        clusters = names + [r for _, r in self.rest]
+        if len(set(clusters)) != len(clusters):
+            raise ValueError(f"cluster names must differ: {clusters}")
 
     @property
     def xds_cluster_type(self) -> str:
@@ -157,10 +166,15 @@ def render(params: EnvoyParams = LOCAL, template: Path | None = None) -> dict[st
     values = params.values()
     config: dict[str, Any] = substitute(shapes["bootstrap"], values)
     listeners, clusters = [], []
+    rest = dict(params.rest)
     for name, port in params.listeners:
         hop = {**values, "cluster": name, "port": port}
-        listeners.append(substitute(shapes["listener"], hop))
+        listener = substitute(shapes["listener"], hop)
+        listeners.append(listener)
         clusters.append(substitute(shapes["cluster"], hop))
+        if name in rest:
+            route_by_content_type(listener, rest[name])
+            clusters.append(substitute(shapes["rest_cluster"], {**hop, "cluster": rest[name]}))
     if params.probe_port:
         listeners.append(substitute(shapes["probe_listener"], values))
         clusters.append(substitute(shapes["probe_cluster"], values))
@@ -168,6 +182,18 @@ def render(params: EnvoyParams = LOCAL, template: Path | None = None) -> dict[st
     static["listeners"] = listeners
     static["clusters"] = [*static.get("clusters", []), *clusters]
     return config
+
+
+def route_by_content_type(listener: dict[str, Any], rest_cluster: str) -> None:
+    """gRPC (by its content-type) to the listener's cluster as before; anything else (HTTP/1.1
+    or HTTP/2 REST, curl, a browser) to ``rest_cluster``, with the same route settings."""
+    manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    host = manager["route_config"]["virtual_hosts"][0]
+    [route] = host["routes"]
+    grpc_route, rest_route = copy.deepcopy(route), copy.deepcopy(route)
+    grpc_route["match"]["headers"] = [GRPC_MATCH]
+    rest_route["route"]["cluster"] = rest_cluster
+    host["routes"] = [grpc_route, rest_route]
 
 
 def dump(config: Mapping[str, Any]) -> str:

@@ -36,7 +36,14 @@ def test_the_local_config_has_four_hops_over_ads() -> None:
         "triton": 8083,
     }
     clusters = by_name(config["static_resources"]["clusters"])
-    assert set(clusters) == {"xds", "middleman", "preprocess", "batcher", "triton"}
+    assert set(clusters) == {
+        "xds",
+        "middleman",
+        "middleman-rest",
+        "preprocess",
+        "batcher",
+        "triton",
+    }
     triton = clusters["triton"]
     assert triton["type"] == "EDS"
     (policy,) = triton["load_balancing_policy"]["policies"]
@@ -57,6 +64,28 @@ def test_the_local_config_has_four_hops_over_ads() -> None:
     }
     assert config["dynamic_resources"]["ads_config"]["api_type"] == "GRPC"
     assert clusters["xds"]["type"] == "STATIC"
+
+
+def test_the_public_listener_routes_grpc_to_middleman_and_the_rest_to_its_rest_port() -> None:
+    config = ec.render(ec.LOCAL)
+    listeners = by_name(config["static_resources"]["listeners"])
+    manager = listeners["middleman"]["filter_chains"][0]["filters"][0]["typed_config"]
+    grpc_route, rest_route = manager["route_config"]["virtual_hosts"][0]["routes"]
+    assert grpc_route["match"]["headers"] == [ec.GRPC_MATCH]
+    assert (grpc_route["route"]["cluster"], rest_route["route"]["cluster"]) == (
+        "middleman", "middleman-rest",
+    )  # fmt: skip
+    assert rest_route["match"] == {"prefix": "/"}  # everything that is not gRPC
+    assert rest_route["route"]["retry_policy"] == grpc_route["route"]["retry_policy"]
+    clusters = by_name(config["static_resources"]["clusters"])
+    rest = clusters["middleman-rest"]
+    assert rest["eds_cluster_config"]["service_name"] == "middleman-rest"
+    assert "http_protocol_options" in str(rest["typed_extension_protocol_options"])
+    assert rest["health_checks"][0]["http_health_check"] == {"path": "/v2/health/live"}
+    assert rest["outlier_detection"] == clusters["middleman"]["outlier_detection"]
+    for hop in ("preprocess", "batcher", "triton"):  # inner hops: gRPC only
+        manager = listeners[hop]["filter_chains"][0]["filters"][0]["typed_config"]
+        assert len(manager["route_config"]["virtual_hosts"][0]["routes"]) == 1
 
 
 def test_kubernetes_differs_only_where_it_must() -> None:

@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import grpc
 import pytest
 import yaml
@@ -115,8 +116,17 @@ def container_env(container: Container, fields: dict[str, str]) -> dict[str, str
 
 
 def endpoint_slice(
-    namespace: str, service: str, port_name: str, port: int, pod: str, **conditions: bool
+    namespace: str,
+    service: str,
+    port_name: str,
+    port: int,
+    pod: str,
+    only_port: bool = False,
+    **conditions: bool,
 ) -> dict[str, Any]:
+    # A second port, as a Service with a metrics port would have: eds must pick by name. A
+    # Service with one port (middleman-rest) has only that one in its slices.
+    ports = [] if only_port else [{"name": "metrics", "port": 9, "protocol": "TCP"}]
     return {
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
@@ -126,11 +136,7 @@ def endpoint_slice(
             "labels": {"kubernetes.io/service-name": service},
         },
         "addressType": "IPv4",
-        # A second port, as a Service with a metrics port would have: eds must pick by name.
-        "ports": [
-            {"name": "metrics", "port": 9, "protocol": "TCP"},
-            {"name": port_name, "port": port, "protocol": "TCP"},
-        ],
+        "ports": [*ports, {"name": port_name, "port": port, "protocol": "TCP"}],
         "endpoints": [
             {
                 "addresses": ["127.0.0.1"],
@@ -194,6 +200,42 @@ async def backend_behind(listener: str) -> str:
     return str(reply.parameters["backend"].string_param)
 
 
+class RestProbe:
+    """An HTTP backend for a REST cluster (middleman-rest): KServe's /v2/health/live, and /v2
+    naming which backend answered."""
+
+    def __init__(self, replica_id: str) -> None:
+        self.replica_id, self.port = replica_id, free_port()
+        self.runner: web.AppRunner | None = None
+
+    async def start_ready(self) -> None:
+        async def live(_: web.Request) -> web.Response:
+            return web.Response()
+
+        async def server(_: web.Request) -> web.Response:
+            return web.json_response({"name": self.replica_id})
+
+        app = web.Application()
+        app.router.add_get("/v2/health/live", live)
+        app.router.add_get("/v2", server)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        await web.TCPSite(self.runner, "127.0.0.1", self.port).start()
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
+async def rest_backend_behind(listener: str) -> str:
+    """The id of the backend that answers an HTTP/1.1 GET /v2 sent to an Envoy listener."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://{listener}/v2") as response,
+    ):
+        return str((await response.json())["name"])
+
+
 def http_status(url: str) -> int:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
@@ -227,9 +269,14 @@ async def test_rendered_eds_and_envoy_route_to_every_services_endpoints(
     assert int(env["INFERLINE_EDS_METRICS_PORT"]) == eds.port("metrics")
     assert eds.spec["readinessProbe"]["grpc"]["port"] == eds.port("grpc")
     assert find(objects, "Service", "eds")["spec"]["ports"][0]["targetPort"] == "grpc"
+    only_port: dict[str, str] = {}  # a Service without a port port_name: its only port's name
     for service in services:
         ports = [p["name"] for p in find(objects, "Service", service)["spec"]["ports"]]
-        assert port_name in ports, f"Service {service} has no port {port_name!r} for eds"
+        assert port_name in ports or len(ports) == 1, f"Service {service}: eds finds no port"
+        if port_name not in ports:
+            only_port[service] = ports[0]
+    assert set(only_port) == {"middleman-rest"}
+    public = dict((r, c) for c, r in envoy_config.KUBERNETES.rest)  # REST cluster -> listener
     triton_annotations = find(objects, "Deployment", "triton")["spec"]["template"]["metadata"][
         "annotations"
     ]
@@ -240,8 +287,11 @@ async def test_rendered_eds_and_envoy_route_to_every_services_endpoints(
     cluster, runner = await start_fake_api(namespace)
     try:
         # Backends for every Service; half of them listed, half arriving through the watch.
-        probes = {service: Probe(tmp_path, f"{service}-0") for service in services}
-        stopper.extend(probes.values())
+        probes: dict[str, Probe | RestProbe] = {
+            s: RestProbe(f"{s}-0") if s in only_port else Probe(tmp_path, f"{s}-0")
+            for s in services
+        }
+        stopper.extend(p for p in probes.values() if isinstance(p, Probe))
         await asyncio.gather(*(p.start_ready() for p in probes.values()))
         for service, probe in probes.items():
             annotations = triton_annotations if service == "triton" else {}
@@ -249,9 +299,16 @@ async def test_rendered_eds_and_envoy_route_to_every_services_endpoints(
 
         def put(service: str, **conditions: bool) -> None:
             probe = probes[service]
+            name = only_port.get(service, port_name)
             cluster.api.put_slice(
                 endpoint_slice(
-                    namespace, service, port_name, probe.port, probe.replica_id, **conditions
+                    namespace,
+                    service,
+                    name,
+                    probe.port,
+                    probe.replica_id,
+                    only_port=service in only_port,
+                    **conditions,
                 )
             )
 
@@ -290,9 +347,13 @@ async def test_rendered_eds_and_envoy_route_to_every_services_endpoints(
             assert host is not None and host.hostname == probe.replica_id, host
             if service == "triton":
                 assert host.weight == int(triton_annotations["inferline.io/weight"])
-            # Through the listener the Envoy Service exposes for this hop, to this backend.
-            answer = await backend_behind(envoy.listener(service))
-            assert answer == probe.replica_id, f"listener {service} reached {answer}"
+            # Through the listener the Envoy Service exposes for this hop, to this backend: gRPC,
+            # or for a REST cluster HTTP/1.1 on its hop's listener (routed by content-type).
+            if service in public:
+                answer = await rest_backend_behind(envoy.listener(public[service]))
+            else:
+                answer = await backend_behind(envoy.listener(service))
+            assert answer == probe.replica_id, f"listener for {service} reached {answer}"
         exposed = {p["containerPort"] for p in envoy_container["ports"]}
         assert {port for _, port in envoy_config.KUBERNETES.listeners} <= exposed
 
@@ -316,3 +377,6 @@ async def test_rendered_eds_and_envoy_route_to_every_services_endpoints(
     finally:
         cluster.api.close_watches()
         await runner.cleanup()
+        for backend in probes.values():
+            if isinstance(backend, RestProbe):
+                await backend.stop()

@@ -463,8 +463,11 @@ def test_exposed_ports_are_the_contracts(image: str, component: str) -> None:
 
 
 def test_middleman_listens_on_the_contracts_port() -> None:
-    """Its own default (8080) is Envoy's public port; the image sets the contract's."""
-    assert env(final_stage(BY_NAME["middleman"])).get("INFERLINE_MIDDLEMAN_PORT") == "8090"
+    """Its own defaults (8080, 8000) are Envoy's public port and Triton's HTTP port; the image
+    sets the contract's."""
+    middleman = env(final_stage(BY_NAME["middleman"]))
+    assert middleman.get("INFERLINE_MIDDLEMAN_PORT") == "8090"
+    assert middleman.get("INFERLINE_MIDDLEMAN_REST_PORT") == "8093"
 
 
 @pytest.mark.parametrize("image", IMAGES, ids=lambda i: i.name)

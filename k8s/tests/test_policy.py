@@ -294,7 +294,7 @@ def test_eds_may_only_read_endpointslices_and_get_pods_in_its_namespace(target: 
     env = eds.env()
     assert env["INFERLINE_EDS_SOURCE"] == "kubernetes"
     assert env["INFERLINE_EDS_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
-    assert env["INFERLINE_EDS_SERVICES"] == "middleman,preprocess,batcher,triton"
+    assert env["INFERLINE_EDS_SERVICES"] == "middleman,middleman-rest,preprocess,batcher,triton"
     assert env["INFERLINE_EDS_PORT_NAME"] == "grpc"
     assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "eds"
 

@@ -116,13 +116,16 @@ def test_selectors_use_the_name_label(target: str) -> None:
         assert template["metadata"]["labels"]["app.kubernetes.io/part-of"] == "inferline", where
     for service in (o for o in render(target) if o["kind"] == "Service"):
         name = service["metadata"]["name"]
-        assert service["spec"]["selector"] == {"app.kubernetes.io/name": name}, name
+        label = service["metadata"]["labels"]["app.kubernetes.io/name"]
+        assert service["spec"]["selector"] == {"app.kubernetes.io/name": label}, name
+        assert name in (label, f"{label}-rest"), f"{name}: a Service is named for its pods"
 
 
 # -- the contract (k8s/CONTRACT.md) ---------------------------------------------------------
 
 SERVICE_PORTS = {
     "middleman": {"grpc": 8090},
+    "middleman-rest": {"http": 8093},
     "preprocess": {"grpc": 8091},
     "batcher": {"grpc": 8092},
     "triton": {"grpc": 8001},
@@ -130,7 +133,7 @@ SERVICE_PORTS = {
     "envoy": {"grpc": 8080, "preprocess": 8081, "batcher": 8082, "triton": 8083},
 }
 CONTAINER_PORTS = {
-    "middleman": {"grpc": 8090, "metrics": 9180},
+    "middleman": {"grpc": 8090, "http": 8093, "metrics": 9180},
     "preprocess": {"grpc": 8091, "metrics": 9181},
     "batcher": {"grpc": 8092, "metrics": 9182},
     "eds": {"grpc": 18000, "metrics": 9183},

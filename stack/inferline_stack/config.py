@@ -22,6 +22,9 @@ PREFIX = "INFERLINE_STACK"
 TRITON, BATCHER, PREPROCESS, MIDDLEMAN = "triton", "batcher", "preprocess", "middleman"
 # Start order (each tier is announced to Envoy before the tier in front of it starts).
 SERVICES = (TRITON, BATCHER, PREPROCESS, MIDDLEMAN)
+# Envoy's clusters: one per service, and middleman's REST port (KServe v2 HTTP/REST) beside it.
+MIDDLEMAN_REST = "middleman-rest"
+CLUSTERS = (*SERVICES, MIDDLEMAN_REST)
 # Replica i listens on base + step * i. Triton's 8001 + 10 * 8 would reach Envoy's 8081.
 REPLICA_STEP = {TRITON: 10, BATCHER: 100, PREPROCESS: 100, MIDDLEMAN: 100}
 MAX_REPLICAS = 8
@@ -31,16 +34,17 @@ EVERY = "*"  # StackConfig.models: every classifier in the model repository
 # Every TCP port field; each must differ from the others.
 PORT_FIELDS = (
     "public_port", "preprocess_listener_port", "batcher_listener_port", "triton_listener_port",
-    "envoy_admin_port", "middleman_port", "middleman_metrics_port", "preprocess_port",
-    "preprocess_metrics_port", "batcher_port", "batcher_metrics_port", "triton_grpc_port",
-    "triton_http_port", "triton_metrics_port", "eds_port", "eds_metrics_port", "prometheus_port",
+    "envoy_admin_port", "middleman_port", "middleman_metrics_port", "middleman_rest_port",
+    "preprocess_port", "preprocess_metrics_port", "batcher_port", "batcher_metrics_port",
+    "triton_grpc_port", "triton_http_port", "triton_metrics_port", "eds_port", "eds_metrics_port",
+    "prometheus_port",
 )  # fmt: skip
 # Which base ports each service's replicas step from (the others are fixed, one process each).
 REPLICA_PORT_FIELDS = {
     TRITON: ("triton_grpc_port", "triton_http_port", "triton_metrics_port"),
     BATCHER: ("batcher_port", "batcher_metrics_port"),
     PREPROCESS: ("preprocess_port", "preprocess_metrics_port"),
-    MIDDLEMAN: ("middleman_port", "middleman_metrics_port"),
+    MIDDLEMAN: ("middleman_port", "middleman_metrics_port", "middleman_rest_port"),
 }
 
 
@@ -69,6 +73,7 @@ class StackConfig:
     # The services themselves (replica 0), where Envoy sends what it balances.
     middleman_port: int = 8090
     middleman_metrics_port: int = 9180
+    middleman_rest_port: int = 8093  # KServe v2 HTTP/REST, behind Envoy's public listener too
     preprocess_port: int = 8091
     preprocess_metrics_port: int = 9181
     batcher_port: int = 8092

@@ -59,11 +59,7 @@ def announce(config: StackConfig, service: Service) -> float:
     """Write ``service`` HEALTHY to the endpoints file; seconds until Envoy routes to it."""
     try:
         took = scaling.announce_sync(
-            endpoints_path(config),
-            service.cluster,
-            service.endpoint(),
-            config.admin_url,
-            ROUTABLE_TIMEOUT_S,
+            endpoints_path(config), service.members(), config.admin_url, ROUTABLE_TIMEOUT_S
         )
     except (TimeoutError, envoy_admin.AdminError) as exc:
         raise StackError(f"Envoy does not route to {service.name}: {exc}") from None
@@ -76,7 +72,8 @@ def add(config: StackConfig, table: ProcessTable, service: Service) -> None:
     try:
         routed = announce(config, service)
     except StackError:
-        endpoints_file.remove_endpoint(endpoints_path(config), service.cluster, HOST, service.port)
+        for cluster, endpoint in service.members():
+            endpoints_file.remove_endpoint(endpoints_path(config), cluster, HOST, endpoint.port)
         table.stop(service.name, config.stop_grace_s)
         raise
     track(config, table)
@@ -110,13 +107,7 @@ def drain(config: StackConfig, table: ProcessTable, service: Service) -> None:
         return
     with console.status(f"draining {service.name} …"):
         drained = scaling.drain_sync(
-            endpoints_path(config),
-            service.cluster,
-            HOST,
-            service.port,
-            config.admin_url,
-            stop,
-            DRAIN_TIMEOUT_S,
+            endpoints_path(config), service.members(), config.admin_url, stop, DRAIN_TIMEOUT_S
         )
     track(config, table)
     took, drained_after = time.monotonic() - start, stopping[0] - start

@@ -17,7 +17,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from eds.cache import Endpoint, Health
@@ -27,63 +27,65 @@ from inferline_envoy import admin as envoy_admin
 logger = logging.getLogger(__name__)
 
 Stop = Callable[[], Awaitable[object] | object]
+# What one replica is to Envoy: an endpoint in each cluster it serves (middleman: gRPC and REST).
+Member = tuple[str, Endpoint]  # (cluster, endpoint)
 
 
 async def announce(
-    path: Path, cluster: str, endpoint: Endpoint, admin: str = "", timeout_s: float = 10.0
+    path: Path, members: Sequence[Member], admin: str = "", timeout_s: float = 10.0
 ) -> float | None:
-    """Write ``endpoint`` HEALTHY; with ``admin``, wait until Envoy routes to it and return
-    how long that took (seconds)."""
-    endpoints_file.set_endpoint(path, cluster, endpoint)
+    """Write every endpoint HEALTHY; with ``admin``, wait until Envoy routes to all of them and
+    return how long that took (seconds)."""
+    for cluster, endpoint in members:
+        endpoints_file.set_endpoint(path, cluster, endpoint)
     if not admin:
         return None
     start = time.monotonic()
-    await envoy_admin.wait_routable(admin, cluster, endpoint.address, endpoint.port, timeout_s)
+    for cluster, endpoint in members:
+        await envoy_admin.wait_routable(admin, cluster, endpoint.address, endpoint.port, timeout_s)
     return time.monotonic() - start
 
 
 async def drain(
-    path: Path,
-    cluster: str,
-    address: str,
-    port: int,
-    admin: str,
-    stop: Stop,
-    timeout_s: float = 30.0,
+    path: Path, members: Sequence[Member], admin: str, stop: Stop, timeout_s: float = 30.0
 ) -> bool:
-    """DRAINING, wait for Envoy to finish with it, ``stop()``, remove it from the file.
+    """DRAINING, wait for Envoy to finish with every endpoint, ``stop()``, remove them.
 
     Returns False if Envoy did not confirm the drain within ``timeout_s`` (a request still in
-    flight, or no Envoy): the endpoint is stopped and removed anyway, and the process's own
+    flight, or no Envoy): the endpoints are stopped and removed anyway, and the process's own
     graceful stop gives what is left its grace period.
     """
-    endpoints_file.set_health(path, cluster, address, port, Health.DRAINING)
+    for cluster, endpoint in members:
+        endpoints_file.set_health(path, cluster, endpoint.address, endpoint.port, Health.DRAINING)
     drained = True
     try:
-        await envoy_admin.wait_drained(admin, cluster, address, port, timeout_s)
+        for cluster, endpoint in members:
+            await envoy_admin.wait_drained(
+                admin, cluster, endpoint.address, endpoint.port, timeout_s
+            )
     except (TimeoutError, envoy_admin.AdminError) as exc:
         drained = False
-        logger.warning("%s %s:%d: drain not confirmed by Envoy (%s)", cluster, address, port, exc)
+        names = ", ".join(f"{c} {e.address}:{e.port}" for c, e in members)
+        logger.warning("%s: drain not confirmed by Envoy (%s)", names, exc)
     result = stop()
     if inspect.isawaitable(result):
         await result
-    endpoints_file.remove_endpoint(path, cluster, address, port)
+    for cluster, endpoint in members:
+        endpoints_file.remove_endpoint(path, cluster, endpoint.address, endpoint.port)
     return drained
 
 
 def announce_sync(
-    path: Path, cluster: str, endpoint: Endpoint, admin: str = "", timeout_s: float = 10.0
+    path: Path, members: Sequence[Member], admin: str = "", timeout_s: float = 10.0
 ) -> float | None:
-    return asyncio.run(announce(path, cluster, endpoint, admin, timeout_s))
+    return asyncio.run(announce(path, members, admin, timeout_s))
 
 
 def drain_sync(
     path: Path,
-    cluster: str,
-    address: str,
-    port: int,
+    members: Sequence[Member],
     admin: str,
     stop: Callable[[], object],
     timeout_s: float = 30.0,
 ) -> bool:
-    return asyncio.run(drain(path, cluster, address, port, admin, stop, timeout_s))
+    return asyncio.run(drain(path, members, admin, stop, timeout_s))

@@ -25,13 +25,16 @@ from inferline_envoy import proxyless
 from inferline_stack import health
 from inferline_stack.config import (
     BATCHER,
+    CLUSTERS,
     MAX_REPLICAS,
     MIDDLEMAN,
+    MIDDLEMAN_REST,
     PREPROCESS,
     SERVICES,
     TRITON,
     StackConfig,
 )
+from inferline_stack.scaling import Member
 
 EDS, ENVOY = "eds", "envoy"
 HOST = "127.0.0.1"  # every process of the local stack listens on loopback only
@@ -50,6 +53,8 @@ class Service:
     cluster: str = ""  # the Envoy cluster it is an endpoint of ("" for eds and Envoy)
     port: int = 0  # its endpoint's port in that cluster
     inputs: str = ""  # what else defines it (Envoy's rendered configuration)
+    # More (cluster, port) it is an endpoint of: middleman's REST port
+    also: tuple[tuple[str, int], ...] = ()
 
     def fingerprint(self) -> str:
         """Changes whenever what it would be started with changes (``up`` restarts it then)."""
@@ -58,6 +63,13 @@ class Service:
 
     def endpoint(self) -> Endpoint:
         return Endpoint(HOST, self.port, zone=ZONE, name=self.name)
+
+    def members(self) -> list[Member]:
+        """Every (cluster, endpoint) it is to Envoy: announced and drained together."""
+        return [
+            (cluster, Endpoint(HOST, port, zone=ZONE, name=self.name))
+            for cluster, port in ((self.cluster, self.port), *self.also)
+        ]
 
 
 def python(module: str, *args: str) -> list[str]:
@@ -111,7 +123,7 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
             cluster=TRITON,
             port=grpc_port,
         )
-    port, metrics_port = ports
+    port, metrics_port, *rest_port = ports  # middleman: and its REST port
     prefix = f"INFERLINE_{service.upper()}"
     env = {f"{prefix}_HOST": HOST, f"{prefix}_PORT": str(port),
            f"{prefix}_METRICS_PORT": str(metrics_port)}  # fmt: skip
@@ -129,6 +141,7 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
                 f"{prefix}_REPOSITORY": config.model_repository,
                 f"{prefix}_MODELS": ",".join(models[1:]),
                 f"{prefix}_PREPROCESS_URL": config.listener(PREPROCESS) if remote_decode else "",
+                f"{prefix}_REST_PORT": str(rest_port[0]),
             }
         )
     return Service(
@@ -140,6 +153,7 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
         metrics=f"http://{HOST}:{metrics_port}/metrics",
         cluster=service,
         port=port,
+        also=((MIDDLEMAN_REST, rest_port[0]),) if rest_port else (),
     )
 
 
@@ -190,7 +204,7 @@ def eds(config: StackConfig) -> Service:
             "INFERLINE_EDS_PORT": str(config.eds_port),
             "INFERLINE_EDS_METRICS_PORT": str(config.eds_metrics_port),
             "INFERLINE_EDS_ENDPOINTS_FILE": str(endpoints_path(config).resolve()),
-            "INFERLINE_EDS_SERVICES": ",".join(SERVICES),
+            "INFERLINE_EDS_SERVICES": ",".join(CLUSTERS),
         },
         metrics=f"http://{HOST}:{config.eds_metrics_port}/metrics",
     )

@@ -18,6 +18,7 @@ from inferline_envoy import config as envoy_config
 from inferline_stack import health, prometheus, services
 from inferline_stack.config import (
     BATCHER,
+    CLUSTERS,
     MAX_REPLICAS,
     MIDDLEMAN,
     PREPROCESS,
@@ -60,7 +61,7 @@ def _up(config: StackConfig, table: ProcessTable) -> None:
     kept = _keep_replicas(config, table)
     endpoints_file.write(
         services.endpoints_path(config),
-        {c: [s.endpoint() for s in kept if s.cluster == c] for c in SERVICES},
+        {c: [e for s in kept for m, e in s.members() if m == c] for c in CLUSTERS},
     )
     services.write_xds_bootstrap(config)
     _ensure(config, table, services.eds(config))

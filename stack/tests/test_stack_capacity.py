@@ -50,7 +50,13 @@ def test_envoy_is_never_the_first_to_refuse() -> None:
     clusters = rendered["static_resources"]["clusters"]
     admitted = MiddlemanConfig().max_inflight * MAX_REPLICAS
     eds_clusters = [c for c in clusters if c.get("type") == "EDS"]
-    assert {c["name"] for c in eds_clusters} == {"middleman", "preprocess", "batcher", "triton"}
+    assert {c["name"] for c in eds_clusters} == {
+        "middleman",
+        "middleman-rest",
+        "preprocess",
+        "batcher",
+        "triton",
+    }
     for cluster in eds_clusters:
         (threshold,) = cluster["circuit_breakers"]["thresholds"]
         assert threshold["max_requests"] >= admitted, cluster["name"]

@@ -21,7 +21,7 @@ def test_defaults_are_the_documented_ports() -> None:
     assert config.admin_url == "http://127.0.0.1:9901"
     assert config.replica_ports("triton", 0) == (8001, 8000, 8002)
     assert config.replica_ports("triton", 7) == (8071, 8070, 8072)  # 8081 would be Envoy's
-    assert config.replica_ports("middleman", 2) == (8290, 9380)
+    assert config.replica_ports("middleman", 2) == (8290, 9380, 8293)
     assert config.replica_ports("batcher", 1) == (8192, 9282)
     assert config.services == ("triton", "batcher", "preprocess", "middleman")
     with pytest.raises(ValueError, match="at most 8"):

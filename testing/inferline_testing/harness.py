@@ -232,7 +232,7 @@ class EnvoyProcess(Process):
 def envoy_params(
     xds_port: int, clusters: Sequence[str], xds_api: str = "GRPC", **overrides: Any
 ) -> envoy_config.EnvoyParams:
-    """Local-profile parameters on free ports for ``clusters``."""
+    """Local-profile parameters on free ports for ``clusters`` (gRPC only: no REST cluster)."""
     return dataclasses.replace(
         envoy_config.LOCAL,
         listeners=tuple((c, free_port()) for c in clusters),
@@ -240,7 +240,7 @@ def envoy_params(
         xds_port=xds_port,
         xds_api=xds_api,
         node_id=f"envoy-{xds_api.lower()}-{os.getpid()}",
-        **overrides,
+        **{"rest": (), **overrides},
     )
 
 
@@ -277,7 +277,7 @@ class Pool:
         probe = Probe(self.run_dir, f"{self.cluster}-{self.started}", self.delay_ms)
         self.started += 1
         await probe.start_ready()
-        await scaling.announce(self.endpoints, self.cluster, probe.endpoint())
+        await scaling.announce(self.endpoints, [(self.cluster, probe.endpoint())])
         self.replicas.append(probe)
         return probe, ScaleUp(probe.replica_id, time.time())
 
@@ -285,7 +285,7 @@ class Pool:
         """DRAINING, wait until Envoy has nothing in flight to it, stop it, forget it."""
         probe = probe or self.replicas[-1]
         drained = await scaling.drain(
-            self.endpoints, self.cluster, "127.0.0.1", probe.port, self.admin, probe.stop,
+            self.endpoints, [(self.cluster, probe.endpoint())], self.admin, probe.stop,
             drain_timeout_s,
         )  # fmt: skip
         if not drained:

@@ -75,6 +75,7 @@ def middleman(imported: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
             {"INFERLINE_MIDDLEMAN_HOST": "127.0.0.1",
              "INFERLINE_MIDDLEMAN_PORT": str(middleman_port),
              "INFERLINE_MIDDLEMAN_METRICS_PORT": str(free_port()),
+             "INFERLINE_MIDDLEMAN_REST_PORT": str(free_port()),
              "INFERLINE_MIDDLEMAN_TRITON_URL": f"127.0.0.1:{triton_port}",
              "INFERLINE_MIDDLEMAN_TRITON_MODEL": NAME,
              "INFERLINE_MIDDLEMAN_REPOSITORY": str(imported)},

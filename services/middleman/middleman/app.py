@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from aiohttp import web
 from tritonclient.grpc import service_pb2_grpc
 
 from inferline import capacity
@@ -22,6 +23,7 @@ from middleman.pipeline import (
     RemotePreprocessor,
     TritonUpstream,
 )
+from middleman.rest import RestApi
 from middleman.service import ClassifierService
 from middleman.video import FrameSource, InProcessFrames, RemoteFrames, VideoClassifier
 
@@ -33,6 +35,8 @@ SERVICE_NAME = "inference.GRPCInferenceService"
 @dataclass
 class Middleman:
     server: RunningServer
+    rest: RestApi
+    rest_runner: web.AppRunner
     preprocess: Preprocessor
     frames: FrameSource
     upstream: TritonUpstream
@@ -41,8 +45,16 @@ class Middleman:
     def port(self) -> int:
         return self.server.port
 
+    @property
+    def rest_port(self) -> int:
+        return int(self.rest_runner.addresses[0][1])
+
     async def stop(self, grace: float) -> None:
+        """Both transports stop taking work (gRPC NOT_SERVING, REST not live), then finish
+        what is in flight within ``grace``."""
+        self.rest.live = False
         await self.server.stop(grace)
+        await self.rest_runner.cleanup()
         await self.preprocess.close()
         await self.frames.close()
         await self.upstream.close()
@@ -104,8 +116,32 @@ async def start(config: Config) -> Middleman:
         host=config.host,
         max_message_bytes=config.max_message_bytes + capacity.FRAMING_BYTES,
     )
+    rest = RestApi(service, config.max_message_bytes)
+    try:
+        runner = await start_rest(rest, config)
+    except BaseException:
+        await server.stop(0)
+        raise
     log_models(config.triton_url, served)
-    return Middleman(server, preprocess, frames, upstream)
+    return Middleman(server, rest, runner, preprocess, frames, upstream)
+
+
+async def start_rest(rest: RestApi, config: Config) -> web.AppRunner:
+    """KServe v2 HTTP/REST on ``config.rest_port`` (0 picks one)."""
+    runner = web.AppRunner(rest.application(), access_log=None, shutdown_timeout=config.grace_s)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, config.host, config.rest_port).start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise OSError(
+            f"middleman: cannot serve REST on {config.host}:{config.rest_port} ({exc.strerror}); "
+            "set INFERLINE_MIDDLEMAN_REST_PORT"
+        ) from None
+    logger.info(
+        "middleman serving KServe v2 REST on %s:%d", config.host, int(runner.addresses[0][1])
+    )
+    return runner
 
 
 def log_models(upstream: str, served: Classifiers) -> None:

@@ -14,7 +14,8 @@ PREFIX = "INFERLINE_MIDDLEMAN"
 @dataclass(frozen=True)
 class Config:
     host: str = "0.0.0.0"
-    port: int = 8080
+    port: int = 8080  # KServe v2 gRPC
+    rest_port: int = 8000  # KServe v2 HTTP/REST (Triton's HTTP port)
     metrics_port: int = 9180
     # Where inference goes: Triton directly, the batcher, or Envoy in front of either.
     triton_url: str = "localhost:8001"
@@ -64,6 +65,7 @@ class Config:
 
     def __post_init__(self) -> None:
         require(0 <= self.port < 65536, PREFIX, "port", "must be a TCP port (0 picks one)")
+        require(0 <= self.rest_port < 65536, PREFIX, "rest_port", "must be a TCP port (0: any)")
         require(0 <= self.metrics_port < 65536, PREFIX, "metrics_port", "must be a TCP port")
         require(bool(self.triton_url), PREFIX, "triton_url", "must be host:port")
         require(self.decode_threads > 0, PREFIX, "decode_threads", "must be at least 1")

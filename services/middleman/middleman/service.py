@@ -93,21 +93,28 @@ class ClassifierService(KServeServicer):
         """The classifier behind public model ``name`` (``classifier_video``: the default)."""
         return self.classifiers.by_name.get(name, self.classifiers.default)
 
+    def metadata(self, name: str, version: str = "") -> service_pb2.ModelMetadataResponse:
+        """Model ``name``'s metadata, as Triton describes a model (NOT_FOUND when not served)."""
+        self.check_model(name, version)
+        return model_metadata(name, len(self.classifier(name).labels))
+
+    def config(self, name: str, version: str = "") -> service_pb2.ModelConfigResponse:
+        """Model ``name``'s configuration, as Triton's ``ModelConfig`` answers."""
+        self.check_model(name, version)
+        classes = len(self.classifier(name).labels)
+        return service_pb2.ModelConfigResponse(config=model_config(name, classes, self.max_batch))
+
     @grpc_boundary
     async def ModelMetadata(
         self, request: service_pb2.ModelMetadataRequest, context: Context
     ) -> service_pb2.ModelMetadataResponse:
-        self.check_model(request.name, request.version)
-        return model_metadata(request.name, len(self.classifier(request.name).labels))
+        return self.metadata(request.name, request.version)
 
     @grpc_boundary
     async def ModelConfig(
         self, request: service_pb2.ModelConfigRequest, context: Context
     ) -> service_pb2.ModelConfigResponse:
-        self.check_model(request.name, request.version)
-        classes = len(self.classifier(request.name).labels)
-        config = model_config(request.name, classes, self.max_batch)
-        return service_pb2.ModelConfigResponse(config=config)
+        return self.config(request.name, request.version)
 
     # -- inference ----------------------------------------------------------------------------
 
@@ -115,6 +122,13 @@ class ClassifierService(KServeServicer):
     async def ModelInfer(
         self, request: service_pb2.ModelInferRequest, context: Context
     ) -> service_pb2.ModelInferResponse:
+        return await self.infer(request, context.time_remaining())
+
+    async def infer(
+        self, request: service_pb2.ModelInferRequest, time_remaining: float | None
+    ) -> service_pb2.ModelInferResponse:
+        """One image model request, whichever transport it came by (gRPC, or REST converted to
+        the same message): validated, admitted, decoded, classified. Raises InferError."""
         self.check_model(request.model_name, request.model_version)
         if request.model_name == VIDEO_MODEL:
             raise invalid(
@@ -125,7 +139,7 @@ class ClassifierService(KServeServicer):
         self.check_size(request, model)
         counts = outputs.requested(request)
         images = inputs.images(request, self.max_batch)
-        budget = Budget.start(context.time_remaining(), self.default_timeout)
+        budget = Budget.start(time_remaining, self.default_timeout)
         with self.admitted(model, len(images), sum(map(len, images)), budget):
             start = time.perf_counter()
             batch = await self.preprocess(images, classifier.geometry, budget.left(STAGES[0]))

@@ -148,6 +148,7 @@ async def fake_preprocess(make_fake: Callable[[], Awaitable[Fake]]) -> Fake:
 BASE = Config(
     host="127.0.0.1",
     port=0,
+    rest_port=0,
     metrics_port=0,
     triton_model=TRITON_MODEL,
     triton_input=TRITON_INPUT,
@@ -157,25 +158,38 @@ BASE = Config(
 )
 
 MakeMiddleman = Callable[..., Awaitable[str]]
+StartMiddleman = Callable[..., Awaitable[app.Middleman]]
 
 
 @pytest_asyncio.fixture
-async def make_middleman(fake_triton: Fake, fake_preprocess: Fake) -> AsyncIterator[MakeMiddleman]:
-    """``await make_middleman(**config)``: middleman on port 0 in front of the two fakes (decoding
-    at ``fake_preprocess``, inference at ``fake_triton``); its address."""
+async def start_middleman(
+    fake_triton: Fake, fake_preprocess: Fake
+) -> AsyncIterator[StartMiddleman]:
+    """``await start_middleman(**config)``: middleman (gRPC and REST on port 0) in front of the
+    two fakes (decoding at ``fake_preprocess``, inference at ``fake_triton``)."""
     running: list[app.Middleman] = []
 
-    async def make(**overrides: Any) -> str:
+    async def start(**overrides: Any) -> app.Middleman:
         urls = {"triton_url": fake_triton.url, "preprocess_url": fake_preprocess.url}
         middleman = await app.start(replace(BASE, **{**urls, **overrides}))
         running.append(middleman)
-        return f"127.0.0.1:{middleman.port}"
+        return middleman
 
-    yield make
+    yield start
     for fake in (fake_triton, fake_preprocess):
         fake.servicer.gate.set()
     for middleman in running:
         await middleman.stop(0)
+
+
+@pytest_asyncio.fixture
+async def make_middleman(start_middleman: StartMiddleman) -> MakeMiddleman:
+    """``await make_middleman(**config)``: :func:`start_middleman`'s gRPC address."""
+
+    async def make(**overrides: Any) -> str:
+        return f"127.0.0.1:{(await start_middleman(**overrides)).port}"
+
+    return make
 
 
 def bytes_request(
