@@ -57,9 +57,10 @@ function drawChart(history) {
   const { width: W, height: H, left, right, top, bottom } = CHART;
   chart.replaceChildren();
   const t = history.t;
-  const series = [{ kind: "total", key: "total", values: history.total, color: TOTAL_COLOR, width: 3 }];
+  // The total is a wide band under the replica lines: with one replica both stay visible.
+  const series = [{ kind: "total", key: "total", values: history.total, color: TOTAL_COLOR, width: 6 }];
   for (const [address, values] of Object.entries(history.replicas)) {
-    series.push({ kind: "replica", key: address, values, color: colorOf(address), width: 2 });
+    series.push({ kind: "replica", key: address, values, color: colorOf(address), width: 2.5 });
   }
   const x0 = t.length ? t[0] : 0;
   const x1 = Math.max(t.length ? t[t.length - 1] : 0, x0 + MIN_SPAN_S);
@@ -87,10 +88,11 @@ function drawChart(history) {
   if (!t.length) {
     chart.append(svg("text", { class: "empty", x: (left + W - right) / 2, y: (top + H - bottom) / 2, "text-anchor": "middle" }, "waiting for the first images…"));
   }
-  // Replica lines under the total; a gap where a replica was not in the cluster.
-  for (const s of series.slice(1).concat(series.slice(0, 1))) {
+  // A gap in a replica's line where it was not in the cluster.
+  for (const s of series) {
     let d = "";
     let pen = false;
+    let points = 0;
     s.values.forEach((v, i) => {
       if (v === null) {
         pen = false;
@@ -98,6 +100,7 @@ function drawChart(history) {
       }
       d += `${pen ? "L" : "M"}${x(t[i]).toFixed(1)},${y(v).toFixed(1)}`;
       pen = true;
+      points += 1;
     });
     const attrs = {
       class: "series",
@@ -106,7 +109,9 @@ function drawChart(history) {
       "stroke-width": s.width,
       "data-series": s.kind,
       "data-last": lastValue(s.values) ?? "",
+      "data-points": points,
     };
+    if (s.kind === "total") attrs["stroke-opacity"] = 0.8;
     if (s.kind === "replica") attrs["data-replica"] = s.key;
     const path = svg("path", attrs);
     path.append(svg("title", {}, s.kind === "total" ? "total images/s" : `${s.key} images/s`));
@@ -119,7 +124,7 @@ function drawReplicas(snapshot) {
   const body = $("replicas").tBodies[0];
   body.replaceChildren();
   const total = html("tr", { class: "total" });
-  const swatch = html("span", { class: "swatch" });
+  const swatch = html("span", { class: "swatch total" });
   swatch.style.background = TOTAL_COLOR;
   total.append(html("td"), html("td", {}, "total (measured by this client)"), html("td"), html("td", { class: "num" }, "100 %"), html("td", { class: "num" }, fmt(snapshot.images_per_s)));
   total.cells[0].append(swatch);
