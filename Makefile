@@ -13,13 +13,14 @@ MODELS ?= efficientnet_lite0
 MODEL ?= classifier
 DURATION ?= 60
 CONCURRENCY ?= 8
+WEB_PORT ?= 8088
 PYTEST_ARGS ?=
 BENCH_DURATION ?= 10
 BENCH_BATCHER_ARGS ?=
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup model up down status scale demo grafana images deploy undeploy verify-cluster k8s-envoy checkov test lint check-packages format bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload soak clean
+.PHONY: help setup model up down status scale demo demo-web grafana images deploy undeploy verify-cluster k8s-envoy checkov test lint check-packages format bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload soak clean
 
 help: ## list the targets
 	@echo "inferline — scale-out inference pipeline (see README.md)"
@@ -60,6 +61,10 @@ scale: model ## start or drain replicas: SERVICE=triton REPLICAS=2 (EDS pushes t
 demo: up ## the whole pipeline (Envoy, batcher, Triton) plus the live demo client (DURATION=s, CONCURRENCY=n, MODEL=name)
 	@$(PY) -m demo_client --duration $(DURATION) --concurrency $(CONCURRENCY) --model $(MODEL)
 	@echo "the stack keeps running: 'make status' shows it, 'make scale SERVICE=triton REPLICAS=2' adds a backend, 'make down' stops it"
+
+demo-web: up ## `make demo` plus a live web page on http://127.0.0.1:8088/ (WEB_PORT=n): images/s per Triton replica, latency, errors, labelled images
+	@$(PY) -m demo_client --web --web-port $(WEB_PORT) --duration $(DURATION) --concurrency $(CONCURRENCY) --model $(MODEL)
+	@echo "the stack keeps running: 'make scale SERVICE=triton REPLICAS=2' during a run adds a line to the page, 'make down' stops it"
 
 REGISTRY ?=
 TAG ?=

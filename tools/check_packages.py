@@ -44,7 +44,13 @@ DEPLOYABLES = (
     Deployable("eds", "control/eds", ("-m", "eds", "--help")),
     # Renders the packaged template: proves it ships in the wheel.
     Deployable("envoy", "envoy", ("-m", "inferline_envoy.config", "--local")),
-    Deployable("demo-client", "demo-client", ("-m", "demo_client", "--help")),
+    # Imports the CLI (the web view's aiohttp too) and reads the page from the package: proves
+    # the web view's files ship in the wheel.
+    Deployable(
+        "demo-client",
+        "demo-client",
+        ("-c", "import demo_client.cli, demo_client.web as web; web.load_assets()"),
+    ),
     Deployable("models", "models", ("-m", "inferline_models", "--help")),
     Deployable("stack", "stack", ("-m", "inferline_stack", "--help")),
     # No GPU here: reads NVML (or says it cannot) and exits 0; proves pynvml is in the image.

@@ -17,12 +17,15 @@ from pathlib import Path
 from rich.console import Console
 from tritonclient.utils import InferenceServerException
 
-from demo_client.classify import classify, format_prediction
+from demo_client.classify import Prediction, classify, format_prediction, labelled_requests
 from demo_client.client import NotReadyError, describe, open_clients, wait_ready
-from demo_client.load import LoadConfig, run_load
+from demo_client.dashboard import WINDOW_S, Dashboard
+from demo_client.envoy_hosts import DEFAULT_ADMIN, DEFAULT_CLUSTER
+from demo_client.load import LoadConfig, RequestFactory, image_requests, run_load
 from demo_client.samples import DEFAULT_DEST, SamplesError, build_samples, image_files
 from demo_client.stats import Recorder, Summary
 from demo_client.view import LiveView, RunInfo, summary_table
+from demo_client.web import WebView
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +37,9 @@ EXIT_INTERRUPTED = 130
 
 DEFAULT_TARGET = "localhost:8080"
 DEFAULT_DURATION_S = 30.0
+DEFAULT_WEB_HOST = "127.0.0.1"
+DEFAULT_WEB_PORT = 8088
+LABEL_EVERY_S = 0.5  # the web view: one request in this many seconds asks for its top class
 
 
 class UserError(Exception):
@@ -51,6 +57,13 @@ def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value < 65536:
+        raise argparse.ArgumentTypeError(f"must be a TCP port (0: any free one), not {value}")
     return value
 
 
@@ -152,6 +165,40 @@ def build_parser() -> argparse.ArgumentParser:
         default=5,
         help="classes per file for --classify (default 5)",
     )
+    web = parser.add_argument_group(
+        "web view",
+        "--web serves a live page beside the load: images/s overall and per Triton replica, "
+        "latency, errors by status, recent images with their top label",
+    )
+    web.add_argument(
+        "--web", action="store_true", help="serve the live web view while the load runs"
+    )
+    web.add_argument(
+        "--web-host",
+        metavar="HOST",
+        default=DEFAULT_WEB_HOST,
+        help="address the page listens on (default %(default)s)",
+    )
+    web.add_argument(
+        "--web-port",
+        metavar="PORT",
+        type=_port,
+        default=DEFAULT_WEB_PORT,
+        help="port of the page, 0 for any free one (default %(default)s)",
+    )
+    web.add_argument(
+        "--envoy-admin",
+        metavar="URL",
+        default=os.environ.get("INFERLINE_ENVOY_ADMIN", DEFAULT_ADMIN),
+        help="Envoy's admin, for the per-replica lines; '' for none "
+        "(env INFERLINE_ENVOY_ADMIN; default %(default)s)",
+    )
+    web.add_argument(
+        "--envoy-cluster",
+        metavar="NAME",
+        default=DEFAULT_CLUSTER,
+        help="the Envoy cluster whose endpoints get a line each (default %(default)s)",
+    )
     add("-v", "--verbose", action="store_true", help="debug logging on stderr")
     return parser
 
@@ -160,7 +207,7 @@ def _error(message: str) -> None:
     print(f"demo_client: error: {message}", file=sys.stderr)
 
 
-def _read_images(directory: Path) -> list[bytes]:
+def _read_images(directory: Path) -> list[tuple[str, bytes]]:
     if not directory.exists():
         print(f"building sample images in {directory}", file=sys.stderr)
         try:
@@ -173,7 +220,7 @@ def _read_images(directory: Path) -> list[bytes]:
     if not files:
         raise UserError(f"no image files (.jpg, .png, …) in {directory}")
     try:
-        return [f.read_bytes() for f in files]
+        return [(f.name, f.read_bytes()) for f in files]
     except OSError as exc:
         raise UserError(f"cannot read images in {directory}: {exc}") from exc
 
@@ -192,7 +239,14 @@ def _stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
             loop.remove_signal_handler(sig)
 
 
-async def _wait_ready(client: object, args: argparse.Namespace, console: Console | None) -> None:
+async def _wait_ready(
+    client: object,
+    args: argparse.Namespace,
+    console: Console | None,
+    dashboard: Dashboard | None = None,
+) -> None:
+    if dashboard is not None:
+        dashboard.waiting(f"waiting for {args.target} (model {args.model}) to be ready")
     if console is None:
         await wait_ready(client, args.target, args.model, args.wait)
         return
@@ -207,9 +261,34 @@ def _print_summary(summary: Summary, info: RunInfo, console: Console | None) -> 
         console.print(summary_table(summary, info))
 
 
+def _dashboard(args: argparse.Namespace, info: RunInfo, names: list[str]) -> Dashboard:
+    run = {
+        **asdict(info),
+        "rate": args.rate,
+        "envoy_admin": args.envoy_admin or None,
+        "cluster": args.envoy_cluster,
+        "window_s": WINDOW_S,
+    }
+    return Dashboard(run, names)
+
+
+async def _serve(web: WebView, args: argparse.Namespace, exits: contextlib.AsyncExitStack) -> None:
+    """Start the web view; say where."""
+    try:
+        url = await exits.enter_async_context(web.serving(args.web_host, args.web_port))
+    except OSError as exc:
+        raise UserError(
+            f"cannot serve the web view on {args.web_host}:{args.web_port}: {exc.strerror or exc}"
+            " (--web-port 0 takes any free port)"
+        ) from exc
+    print(f"web view: {url}", file=sys.stderr, flush=True)
+
+
 async def load_command(args: argparse.Namespace) -> int:
-    """The load run: wait for the server, run, print the summary."""
-    images = _read_images(args.images)
+    """The load run: wait for the server, run, print the summary (and serve the web view
+    meanwhile, with ``--web``)."""
+    files = _read_images(args.images)
+    names, images = [name for name, _ in files], [data for _, data in files]
     duration = args.duration
     if duration is None and args.count is None:
         duration = DEFAULT_DURATION_S
@@ -234,19 +313,35 @@ async def load_command(args: argparse.Namespace) -> int:
     console = None if args.json else Console()
     recorder = Recorder(concurrency=args.concurrency, batch=args.batch)
     stop = asyncio.Event()
-    async with open_clients(args.target, args.channels) as clients:
-        await _wait_ready(clients[0], args, console)
+    requests: RequestFactory = image_requests(images, args.batch)
+    dashboard: Dashboard | None = None
+    async with contextlib.AsyncExitStack() as exits:
+        if args.web:
+            board = dashboard = _dashboard(args, info, names)
+
+            def label(image: int, prediction: Prediction) -> None:
+                board.labelled(recorder.elapsed(), image, prediction.label, prediction.score)
+
+            requests = labelled_requests(images, args.batch, label, LABEL_EVERY_S)
+            web = WebView(board, recorder, images, args.envoy_admin or None, args.envoy_cluster)
+            await _serve(web, args, exits)
+        clients = await exits.enter_async_context(open_clients(args.target, args.channels))
+        await _wait_ready(clients[0], args, console, dashboard)
+        if dashboard is not None:
+            dashboard.running()
         with _stop_on_signals(stop):
             if console is None:
-                summary = await run_load(clients, config, images, recorder, stop)
+                summary = await run_load(clients, config, requests, recorder, stop)
             else:
                 done = asyncio.Event()
                 view = asyncio.create_task(LiveView(recorder, info, console).run(done))
                 try:
-                    summary = await run_load(clients, config, images, recorder, stop)
+                    summary = await run_load(clients, config, requests, recorder, stop)
                 finally:
                     done.set()
                     await view
+        if dashboard is not None:
+            dashboard.finished("finished: the demo client has stopped")
     _print_summary(summary, info, console)
     if summary.errors and not summary.images:
         codes = ", ".join(f"{code} x{n}" for code, n in summary.errors_by_code.items())
@@ -293,6 +388,8 @@ async def amain(args: argparse.Namespace) -> int:
     """Run the command that ``args`` asks for; map user errors to exit codes."""
     try:
         if args.classify:
+            if args.web:
+                raise UserError("--web shows a load run; it does not go with --classify")
             return await classify_command(args)
         return await load_command(args)
     except NotReadyError as exc:

@@ -76,11 +76,13 @@ class LoadConfig:
 class InferRequest:
     """What one request carries: tritonclient ``InferInput``s, the ``InferRequestedOutput``s it
     asks for, and how many items it counts — the first requested output must have that many
-    rows, or the request counts as ``BAD_RESPONSE``."""
+    rows, or the request counts as ``BAD_RESPONSE``. ``on_answer``, when set, gets that output
+    of each successful answer (the web view's labels)."""
 
     inputs: Sequence[Any]
     outputs: Sequence[Any]
     items: int
+    on_answer: Callable[[npt.NDArray[Any]], None] | None = None
 
     def __post_init__(self) -> None:
         if not self.outputs:
@@ -187,6 +189,8 @@ async def send(client: Any, model: str, request: InferRequest, timeout_s: float)
     if output is None or output.ndim == 0 or output.shape[0] != request.items:
         logger.debug("bad response: %s", None if output is None else output.shape)
         return "BAD_RESPONSE"
+    if request.on_answer is not None:
+        request.on_answer(output)
     return None
 
 

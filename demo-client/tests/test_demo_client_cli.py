@@ -7,12 +7,17 @@ import json
 import os
 import re
 import signal
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+
+from inferline_testing.ports import free_port
+from inferline_testing.waits import wait_for
 
 SUMMARY_KEYS = {
     "images",
@@ -196,4 +201,60 @@ async def test_missing_default_image_dir_is_built(target: str, tmp_path: Path) -
 async def test_bad_flags_are_usage_errors(flag: str, tmp_path: Path) -> None:
     r = await cli(flag, cwd=tmp_path)
     assert r.rc == 2
+    assert "Traceback" not in r.err
+
+
+async def test_web_view_serves_the_running_load(
+    fake: tuple[str, Any], good_images: Path, tmp_path: Path
+) -> None:
+    target, _ = fake
+    port = free_port()
+    proc = await start(
+        "--target", target, "--images", str(good_images), "--duration", "120", "--json",
+        "--web", "--web-port", str(port), "--envoy-admin", "", cwd=tmp_path,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    async with aiohttp.ClientSession() as session:
+
+        async def labelled() -> dict[str, Any]:
+            try:
+                async with session.get(f"{url}/snapshot") as response:
+                    snapshot: dict[str, Any] = await response.json()
+            except aiohttp.ClientError:  # not listening yet
+                return {}
+            return snapshot if snapshot["images"] and snapshot["recent"] else {}
+
+        def exited() -> str | None:
+            return None if proc.returncode is None else f"it exited {proc.returncode}"
+
+        snapshot = await wait_for(labelled, 60, "images and labels on the page", abort=exited)
+        async with session.get(f"{url}/") as response:
+            assert response.status == 200 and "inferline demo" in await response.text()
+    assert snapshot["phase"] == "running" and snapshot["run"]["target"] == target
+    recent = snapshot["recent"][0]
+    assert recent["name"] in {"a.jpg", "b.png", "c.jpg"}
+    assert re.fullmatch(r"class \d+", recent["label"]) and 0 < recent["score"] <= 1
+    assert not snapshot["replicas"]["available"]
+    assert "--envoy-admin" in snapshot["replicas"]["note"]
+    proc.send_signal(signal.SIGINT)
+    r = await finish(proc)
+    assert r.rc == 0, r.err
+    assert json.loads(r.out)["errors"] == 0  # the labelled requests count as any other
+    assert f"web view: {url}/" in r.err
+
+
+async def test_web_view_does_not_go_with_classify(tmp_path: Path) -> None:
+    r = await cli("--web", "--classify", "x.jpg", cwd=tmp_path)
+    assert r.rc == 1
+    assert "--web shows a load run" in r.err
+
+
+async def test_a_taken_web_port_is_a_clear_error(good_images: Path, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = await cli("--web", "--web-port", str(port), "--images", str(good_images), cwd=tmp_path)
+    assert r.rc == 1
+    assert f"cannot serve the web view on 127.0.0.1:{port}" in r.err
     assert "Traceback" not in r.err

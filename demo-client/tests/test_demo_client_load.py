@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from demo_client.classify import classify, format_prediction, parse_entry
+from demo_client.classify import (
+    Prediction,
+    classify,
+    format_prediction,
+    labelled_requests,
+    parse_entry,
+)
 from demo_client.client import NotReadyError, open_clients, wait_ready
 from demo_client.load import (
     Backoff,
@@ -283,3 +289,46 @@ def test_a_refused_worker_backs_off_doubling_with_jitter_and_resets_on_an_answer
     assert backoff.after("UNAVAILABLE") == 0.0  # only a refusal for load pauses
     assert backoff.next_s == 0.05
     assert backoff.after(None) == 0.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def top1(rows: list[str]) -> np.ndarray[Any, Any]:
+    """A class_count=1 answer: BYTES [N, 1]."""
+    return np.array([[r.encode()] for r in rows], dtype=np.object_)
+
+
+def class_count(output: Any) -> int:
+    """An ``InferRequestedOutput``'s class_count (0: the probabilities themselves)."""
+    parameters = output._get_tensor().parameters
+    return int(parameters["classification"].int64_param) if "classification" in parameters else 0
+
+
+def test_labelled_requests_ask_one_request_per_interval_for_labels() -> None:
+    clock = Clock()
+    seen: list[tuple[int, Prediction]] = []
+    factory = labelled_requests(
+        [b"a", b"b", b"c"], 2, lambda i, p: seen.append((i, p)), every_s=0.5, clock=clock
+    )
+    first = factory(0)  # the first request asks for labels
+    assert [o.name() for o in first.outputs] == ["PROBABILITIES"]
+    assert class_count(first.outputs[0]) == 1
+    assert first.on_answer is not None and first.items == 2
+    plain = factory(1)  # then the load's own requests until 0.5 s have passed
+    assert plain.on_answer is None and class_count(plain.outputs[0]) == 0
+    assert plain.inputs[0].shape() == [2]
+    clock.now += 0.5
+    labelled = factory(1)  # request 1 carries images 2 and 0
+    assert labelled.on_answer is not None
+    labelled.on_answer(top1(["0.9:281:tabby", "0.4:7:cock"]))
+    assert seen == [(2, Prediction(0.9, 281, "tabby")), (0, Prediction(0.4, 7, "cock"))]
+    labelled.on_answer(top1(["not a classification"]))  # skipped, not raised
+    assert len(seen) == 2
+    with pytest.raises(ValueError, match="every_s"):
+        labelled_requests([b"a"], 1, lambda i, p: None, every_s=0)

@@ -1,0 +1,199 @@
+"""The web view's pure parts: replica shares, dashboard snapshots, Envoy's /clusters parsed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from demo_client.dashboard import Dashboard, HostCounters, ReplicaShares
+from demo_client.envoy_hosts import parse_hosts
+from demo_client.stats import Recorder
+
+A, B = "10.0.0.1:8001", "10.0.0.2:8001"
+
+
+def hosts(**totals: int) -> list[HostCounters]:
+    """host a / b with these rq_total."""
+    address = {"a": A, "b": B}
+    return [HostCounters(address[k], n, "healthy") for k, n in totals.items()]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_shares_are_request_deltas_over_the_window() -> None:
+    shares = ReplicaShares(window_s=2.0)
+    assert shares.shares() == {}
+    shares.add(0.0, hosts(a=1000))
+    assert shares.shares() == {A: 0.0}  # one sample: no requests in the window yet
+    shares.add(1.0, hosts(a=1030))
+    shares.add(2.0, hosts(a=1060, b=20))  # b is new: it counts from 0
+    assert shares.requests() == {A: 60, B: 20}
+    assert shares.shares() == {A: 0.75, B: 0.25}
+    shares.add(3.0, hosts(a=1090, b=50))  # the base moves to t=1
+    assert shares.requests() == {A: 60, B: 50}
+    shares.add(4.5, hosts(b=70))  # a left the cluster; b's base is t=2.0
+    assert shares.requests() == {B: 50}
+    assert [h.address for h in shares.hosts] == [B]
+
+
+def test_a_counter_that_went_back_counts_from_zero() -> None:
+    shares = ReplicaShares(window_s=2.0)
+    shares.add(0.0, hosts(a=500, b=500))
+    shares.add(1.0, hosts(a=530, b=7))  # b was removed and added again
+    assert shares.requests() == {A: 30, B: 7}
+
+
+def test_hosts_sort_by_port_as_a_number() -> None:
+    shares = ReplicaShares()
+    shares.add(0.0, [HostCounters(f"h:{p}", 0, "healthy") for p in (8101, 8011, 8001)])
+    assert [h.address for h in shares.hosts] == ["h:8001", "h:8011", "h:8101"]
+
+
+def test_window_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="window_s"):
+        ReplicaShares(window_s=0)
+
+
+def running(clock: Clock, images: int = 30) -> Recorder:
+    """A recorder of a run 1 s old that has finished ``images`` images in 3 requests."""
+    recorder = Recorder(concurrency=2, clock=clock)
+    recorder.start()
+    clock.now += 1.0
+    for _ in range(3):
+        recorder.record_ok(0.020, images // 3)
+    return recorder
+
+
+def test_snapshot_of_a_run_with_two_replicas() -> None:
+    clock = Clock()
+    recorder = running(clock)
+    recorder.record_error("UNAVAILABLE", 0.001)
+    board = Dashboard({"target": "t:1", "model": "classifier"}, ["a.jpg", "b.jpg"])
+    board.running()
+    board.envoy(clock.now - 1, hosts(a=10, b=0))
+    board.envoy(clock.now, hosts(a=40, b=10))
+    board.labelled(0.5, 1, "tabby, tabby cat", 0.81234)
+    board.tick(clock.now, recorder)
+    snap = board.snapshot(recorder)
+    json.dumps(snap)  # JSON-ready
+    assert snap["phase"] == "running" and snap["run"]["target"] == "t:1"
+    assert snap["images"] == 30 and snap["requests"] == 4
+    assert snap["images_per_s"] == pytest.approx(30.0)  # the 2 s window, a run 1 s old
+    assert snap["latency_ms"] == {"p50": 20.0, "p95": 20.0, "p99": 20.0}
+    assert snap["errors"] == {"total": 1, "by_code": {"UNAVAILABLE": 1}}
+    replicas = snap["replicas"]
+    assert replicas["available"] and replicas["note"] == ""
+    assert [(r["address"], r["share"], r["images_per_s"]) for r in replicas["lines"]] == [
+        (A, 0.75, 22.5),
+        (B, 0.25, 7.5),
+    ]
+    assert snap["history"] == {
+        "t": [1.0],
+        "total": [30.0],
+        "replicas": {A: [22.5], B: [7.5]},
+    }
+    (recent,) = snap["recent"]
+    assert recent == {
+        "image": 1, "name": "b.jpg", "label": "tabby, tabby cat", "score": 0.8123, "elapsed_s": 0.5,
+    }  # fmt: skip
+
+
+def test_history_points_come_every_interval_and_align_replicas() -> None:
+    clock = Clock()
+    recorder = running(clock)
+    board = Dashboard({}, [], history_every_s=0.5, history_len=3)
+    board.tick(clock.now, recorder)
+    assert board.snapshot(recorder)["history"]["t"] == []  # not running yet
+    board.running()
+    board.envoy(clock.now, hosts(a=0))
+    for step in range(6):  # every 0.25 s: a point every other tick
+        if step == 3:
+            board.envoy(clock.now, hosts(a=10, b=10))
+        board.tick(clock.now, recorder)
+        clock.now += 0.25
+    history = board.snapshot(recorder)["history"]
+    assert history["t"] == [1.0, 1.5, 2.0]
+    # b appeared at the third point; before, it was not in the cluster
+    assert history["replicas"][B][:2] == [None, None] and history["replicas"][B][2] is not None
+    board.finished()
+    board.tick(clock.now + 10, recorder)
+    assert len(board.snapshot(recorder)["history"]["t"]) == 3  # no points once finished
+
+
+def test_without_envoy_there_are_no_replica_lines() -> None:
+    clock = Clock()
+    recorder = running(clock)
+    board = Dashboard({}, [])
+    board.running()
+    board.envoy(clock.now, hosts(a=1))
+    board.envoy_unavailable("Envoy admin http://x:1 is not answering")
+    board.tick(clock.now, recorder)
+    snap = board.snapshot(recorder)
+    assert snap["replicas"] == {
+        "available": False,
+        "note": "Envoy admin http://x:1 is not answering",
+        "lines": [],
+    }
+    assert snap["history"]["replicas"] == {} and snap["history"]["total"] == [30.0]
+
+
+def test_recent_images_are_newest_first_and_bounded() -> None:
+    board = Dashboard({}, ["x.jpg"], recent_len=2)
+    for n in range(3):
+        board.labelled(float(n), 0, f"label {n}", 0.5)
+    recent = board.snapshot(Recorder())["recent"]
+    assert [r["label"] for r in recent] == ["label 2", "label 1"]
+
+
+CLUSTERS: dict[str, Any] = {
+    "cluster_statuses": [
+        {"name": "batcher", "host_statuses": []},
+        {
+            "name": "triton",
+            "host_statuses": [
+                {
+                    "address": {"socket_address": {"address": "127.0.0.1", "port_value": 8011}},
+                    "stats": [
+                        {"name": "rq_total", "value": "12"},
+                        {"type": "GAUGE", "name": "rq_active", "value": "2"},
+                        {"type": "GAUGE", "name": "rq_pending_active"},
+                    ],
+                    "health_status": {"eds_health_status": "DRAINING"},
+                    "hostname": "triton-1",
+                },
+                {
+                    "address": {"socket_address": {"address": "127.0.0.1", "port_value": 8001}},
+                    "stats": [{"name": "rq_total", "value": "40"}],
+                    "health_status": {"eds_health_status": "HEALTHY"},
+                    "hostname": "triton-0",
+                },
+                {
+                    "address": {"socket_address": {"address": "127.0.0.1", "port_value": 8021}},
+                    "health_status": {
+                        "eds_health_status": "HEALTHY",
+                        "failed_active_health_check": True,
+                    },
+                },
+            ],
+        },
+    ]
+}
+
+
+def test_parse_hosts_of_one_cluster() -> None:
+    assert parse_hosts(CLUSTERS, "triton") == [
+        HostCounters("127.0.0.1:8011", 12, "draining", "triton-1"),
+        HostCounters("127.0.0.1:8001", 40, "healthy", "triton-0"),
+        HostCounters("127.0.0.1:8021", 0, "failed_active_health_check", ""),
+    ]
+    assert parse_hosts(CLUSTERS, "batcher") == []
+    assert parse_hosts(CLUSTERS, "nope") is None
+    assert parse_hosts({}, "triton") is None
