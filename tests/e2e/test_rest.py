@@ -15,11 +15,10 @@ import numpy as np
 import pytest
 import tritonclient.http as triton_http
 import tritonclient.http.aio as triton_http_aio
-from tritonclient.utils import InferenceServerException
 
 from inferline_testing import media
 
-from .test_bad_input import BAD_IMAGES
+from .test_bad_input import BAD_IMAGES, expect_error
 
 pytestmark = pytest.mark.e2e
 
@@ -119,13 +118,6 @@ async def test_tritonclient_http_aio_many_at_once(public_rest_url: str) -> None:
     assert set(best) <= set(media.CAT_CLASSES)
 
 
-def expect_http_error(call: Any, status: str, words: str) -> None:
-    with pytest.raises(InferenceServerException) as caught:
-        call()
-    assert caught.value.status() == status, caught.value
-    assert words in caught.value.message(), caught.value.message()
-
-
 @pytest.mark.parametrize("name", sorted(BAD_IMAGES))
 def test_bad_image_gets_400_naming_the_image(public_rest_url: str, name: str) -> None:
     make, _, words = BAD_IMAGES[name]
@@ -136,8 +128,8 @@ def test_bad_image_gets_400_naming_the_image(public_rest_url: str, name: str) ->
             tensor.set_data_from_numpy(np.array([media.cat_jpeg(), make()], dtype=np.object_))
             client.infer("classifier", [tensor])
 
-    expect_http_error(infer, "400", words)
-    expect_http_error(infer, "400", "image 1")
+    expect_error(infer, "400", words)
+    expect_error(infer, "400", "image 1")
 
 
 @pytest.mark.parametrize(
