@@ -34,10 +34,8 @@ MODEL_PATHS = ("/v2/models/{model}", "/v2/models/{model}/versions/{version}")
 Route = Callable[[web.Request], Awaitable[web.Response]]
 
 
-def json_response(document: object, status: int = 200) -> web.Response:
-    return web.Response(
-        body=json.dumps(document).encode(), status=status, content_type=rest.JSON_TYPE
-    )
+def json_response(document: object) -> web.Response:
+    return web.Response(body=json.dumps(document).encode(), content_type=rest.JSON_TYPE)
 
 
 def error_response(status: int, message: str) -> web.Response:
