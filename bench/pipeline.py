@@ -64,6 +64,7 @@ class Scenario:
     concurrency: int
     batch: int  # images per request
     decode: str = "service"  # INFERLINE_STACK_DECODE: the preprocess service, or in middleman
+    protocol: str = "grpc"  # the demo client's: KServe v2 over gRPC or HTTP/REST
 
 
 SCENARIOS = (
@@ -78,6 +79,15 @@ SCENARIOS = (
         32,
         1,
         decode="inprocess",
+    ),
+    # The public endpoint's other transport: KServe v2 REST with binary tensors (tritonclient.http).
+    Scenario(
+        "simulated_1_http",
+        "simulated GPU, conc 32, 1 image/request, over HTTP/REST",
+        "simulated_gpu",
+        32,
+        1,
+        protocol="http",
     ),
 )
 
@@ -105,11 +115,17 @@ def children_cpu_seconds() -> float:
 
 
 def measure(
-    config: StackConfig, *, concurrency: int, batch: int, duration_s: float, warmup_s: float = 3
+    config: StackConfig,
+    *,
+    concurrency: int,
+    batch: int,
+    duration_s: float,
+    warmup_s: float = 3,
+    protocol: str = "grpc",
 ) -> dict[str, Any]:
     """CPU ms per image of each process over one demo-client run against ``config``'s stack."""
     target = f"127.0.0.1:{config.public_port}"
-    extra = ("--batch", str(batch))
+    extra = ("--batch", str(batch), "--protocol", protocol)
     demo_client(target, warmup_s, concurrency, *extra)  # connections, pools, pipelines
     before, client_before = cpu_seconds(config), children_cpu_seconds()
     summary = demo_client(target, duration_s, concurrency, *extra)
@@ -164,6 +180,7 @@ def scenarios(chosen: tuple[Scenario, ...], duration_s: float, **overrides: Any)
                 concurrency=scenario.concurrency,
                 batch=scenario.batch,
                 duration_s=duration_s,
+                protocol=scenario.protocol,
             )
         results[scenario.key] = {**asdict(scenario), **result}
         console.print(

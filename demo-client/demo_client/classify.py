@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy.typing as npt
-from tritonclient.grpc.aio import InferRequestedOutput
 
 from demo_client.load import OUTPUT_NAME, InferRequest, RequestFactory, image_requests, make_inputs
+from demo_client.transports import GRPC, Transport
 
 logger = logging.getLogger(__name__)
 
@@ -37,13 +37,18 @@ def parse_entry(entry: bytes | str) -> Prediction:
 
 
 async def classify(
-    client: Any, model: str, image: bytes, k: int = 5, timeout_s: float = 10.0
+    client: Any,
+    model: str,
+    image: bytes,
+    k: int = 5,
+    timeout_s: float = 10.0,
+    transport: Transport = GRPC,
 ) -> list[Prediction]:
     """The top ``k`` classes of one encoded image, best first."""
     result = await client.infer(
         model,
-        make_inputs([image]),
-        outputs=[InferRequestedOutput(OUTPUT_NAME, class_count=k)],
+        make_inputs([image], transport),
+        outputs=[transport.requested_output(OUTPUT_NAME, class_count=k)],
         client_timeout=timeout_s,
     )
     entries = result.as_numpy(OUTPUT_NAME)
@@ -63,6 +68,7 @@ def labelled_requests(
     on_label: Callable[[int, Prediction], None],
     every_s: float = 0.5,
     clock: Callable[[], float] = time.monotonic,
+    transport: Transport = GRPC,
 ) -> RequestFactory:
     """The load's requests (:func:`~demo_client.load.image_requests`, the same images in the
     same order), except that the first request taken after every ``every_s`` seconds asks for
@@ -76,9 +82,9 @@ def labelled_requests(
     """
     if every_s <= 0:
         raise ValueError("every_s must be positive")
-    plain = image_requests(images, batch)
+    plain = image_requests(images, batch, transport)
     pool = list(images)
-    outputs = [InferRequestedOutput(OUTPUT_NAME, class_count=1)]
+    outputs = [transport.requested_output(OUTPUT_NAME, class_count=1)]
     made: dict[int, InferRequest] = {}
     next_at: float | None = None
 
@@ -104,7 +110,8 @@ def labelled_requests(
         found = made.get(start)
         if found is None:
             chosen = [pool[(start + i) % len(pool)] for i in range(batch)]
-            found = made[start] = InferRequest(make_inputs(chosen), outputs, batch, answered(start))
+            inputs = make_inputs(chosen, transport)
+            found = made[start] = InferRequest(inputs, outputs, batch, answered(start))
         return found
 
     return request

@@ -24,6 +24,7 @@ from demo_client.envoy_hosts import DEFAULT_ADMIN, DEFAULT_CLUSTER
 from demo_client.load import LoadConfig, RequestFactory, image_requests, run_load
 from demo_client.samples import DEFAULT_DEST, SamplesError, build_samples, image_files
 from demo_client.stats import Recorder, Summary
+from demo_client.transports import TRANSPORTS
 from demo_client.view import LiveView, RunInfo, summary_table
 from demo_client.web import WebView
 
@@ -89,6 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="host:port of the endpoint (env INFERLINE_TARGET; default %(default)s)",
     )
     add("--model", metavar="NAME", default="classifier", help="model name (default %(default)s)")
+    add(
+        "--protocol",
+        choices=sorted(TRANSPORTS),
+        default="grpc",
+        help="KServe v2 over gRPC or HTTP/REST (binary tensors); the public endpoint speaks both "
+        "(default %(default)s)",
+    )
     add(
         "--images",
         metavar="DIR",
@@ -313,7 +321,8 @@ async def load_command(args: argparse.Namespace) -> int:
     console = None if args.json else Console()
     recorder = Recorder(concurrency=args.concurrency, batch=args.batch)
     stop = asyncio.Event()
-    requests: RequestFactory = image_requests(images, args.batch)
+    transport = TRANSPORTS[args.protocol]
+    requests: RequestFactory = image_requests(images, args.batch, transport)
     dashboard: Dashboard | None = None
     async with contextlib.AsyncExitStack() as exits:
         if args.web:
@@ -322,10 +331,14 @@ async def load_command(args: argparse.Namespace) -> int:
             def label(image: int, prediction: Prediction) -> None:
                 board.labelled(recorder.elapsed(), image, prediction.label, prediction.score)
 
-            requests = labelled_requests(images, args.batch, label, LABEL_EVERY_S)
+            requests = labelled_requests(
+                images, args.batch, label, LABEL_EVERY_S, transport=transport
+            )
             web = WebView(board, recorder, images, args.envoy_admin or None, args.envoy_cluster)
             await _serve(web, args, exits)
-        clients = await exits.enter_async_context(open_clients(args.target, args.channels))
+        clients = await exits.enter_async_context(
+            open_clients(args.target, args.channels, transport)
+        )
         await _wait_ready(clients[0], args, console, dashboard)
         if dashboard is not None:
             dashboard.running()
@@ -354,12 +367,13 @@ async def classify_command(args: argparse.Namespace) -> int:
     """Print the top-k classes of each file (or one JSON object with all of them)."""
     failed = 0
     results: dict[str, object] = {}
-    async with open_clients(args.target) as clients:
+    transport = TRANSPORTS[args.protocol]
+    async with open_clients(args.target, transport=transport) as clients:
         await _wait_ready(clients[0], args, None)
         for path in args.classify:
             try:
                 predictions = await classify(
-                    clients[0], args.model, path.read_bytes(), args.top_k, args.timeout
+                    clients[0], args.model, path.read_bytes(), args.top_k, args.timeout, transport
                 )
             except OSError as exc:
                 _error(f"cannot read {path}: {exc.strerror or exc}")

@@ -1,4 +1,4 @@
-"""KServe v2 gRPC clients: channels, readiness, and error names (the one place that knows them)."""
+"""KServe v2 clients: opening them, readiness, and error names (the one place that knows them)."""
 
 from __future__ import annotations
 
@@ -8,25 +8,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE
-from tritonclient.grpc.aio import InferenceServerClient
 from tritonclient.utils import InferenceServerException
+
+from demo_client.transports import GRPC, Transport
 
 logger = logging.getLogger(__name__)
 
 POLL_INTERVAL_S = 0.25
-
-# Every channel gets its own connection (a local subchannel pool), so --channels N really
-# opens N HTTP/2 connections, which Envoy can balance. Reconnect backoff is capped low: a
-# stack that is still starting is retried every second, not after minutes of backoff.
-CHANNEL_ARGS: list[tuple[str, Any]] = [
-    ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
-    ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
-    ("grpc.use_local_subchannel_pool", 1),
-    ("grpc.initial_reconnect_backoff_ms", 250),
-    ("grpc.min_reconnect_backoff_ms", 250),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-]
 
 
 class NotReadyError(Exception):
@@ -34,7 +22,8 @@ class NotReadyError(Exception):
 
 
 def status_name(exc: InferenceServerException) -> str:
-    """The gRPC status code name of a client error (``UNAVAILABLE``), or ``CLIENT_ERROR``."""
+    """The status of a client error: a gRPC code's name (``UNAVAILABLE``), an HTTP status
+    (``503``), or ``CLIENT_ERROR``."""
     status = exc.status()
     if not status:
         return "CLIENT_ERROR"
@@ -48,11 +37,12 @@ def describe(exc: InferenceServerException) -> str:
 
 
 @asynccontextmanager
-async def open_clients(target: str, channels: int = 1) -> AsyncIterator[list[Any]]:
-    """``channels`` clients to ``target``, each with its own channel; closed on exit."""
-    clients = [
-        InferenceServerClient(url=target, channel_args=list(CHANNEL_ARGS)) for _ in range(channels)
-    ]
+async def open_clients(
+    target: str, channels: int = 1, transport: Transport = GRPC
+) -> AsyncIterator[list[Any]]:
+    """``channels`` clients to ``target``, each with its own channel (gRPC) or connection pool
+    (HTTP); closed on exit."""
+    clients = [transport.open(target) for _ in range(channels)]
     try:
         yield clients
     finally:

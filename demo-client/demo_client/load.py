@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from tritonclient.grpc.aio import InferInput, InferRequestedOutput
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from demo_client.client import status_name
 from demo_client.stats import Recorder, Summary
+from demo_client.transports import GRPC, Transport
 
 logger = logging.getLogger(__name__)
 
@@ -95,14 +95,16 @@ RequestFactory = Callable[[int], InferRequest]
 """Request number (0, 1, …) → what that request carries."""
 
 
-def make_inputs(images: Sequence[bytes]) -> list[Any]:
+def make_inputs(images: Sequence[bytes], transport: Transport = GRPC) -> list[Any]:
     """The ``IMAGE`` input: a BYTES tensor of shape [N], one encoded file per element."""
-    tensor = InferInput(INPUT_NAME, [len(images)], "BYTES")
+    tensor = transport.infer_input(INPUT_NAME, [len(images)], "BYTES")
     tensor.set_data_from_numpy(np.array(list(images), dtype=np.object_))
     return [tensor]
 
 
-def image_requests(images: Sequence[bytes], batch: int = 1) -> RequestFactory:
+def image_requests(
+    images: Sequence[bytes], batch: int = 1, transport: Transport = GRPC
+) -> RequestFactory:
     """The classifier's requests: ``batch`` encoded images in ``IMAGE``, asking for
     ``PROBABILITIES``; ``batch`` items each.
 
@@ -115,7 +117,7 @@ def image_requests(images: Sequence[bytes], batch: int = 1) -> RequestFactory:
     if batch < 1:
         raise ValueError("batch must be at least 1")
     pool = list(images)
-    outputs = [InferRequestedOutput(OUTPUT_NAME)]
+    outputs = [transport.requested_output(OUTPUT_NAME)]
     made: dict[int, InferRequest] = {}
 
     def request(number: int) -> InferRequest:
@@ -123,7 +125,7 @@ def image_requests(images: Sequence[bytes], batch: int = 1) -> RequestFactory:
         found = made.get(start)
         if found is None:
             chosen = [pool[(start + i) % len(pool)] for i in range(batch)]
-            found = made[start] = InferRequest(make_inputs(chosen), outputs, batch)
+            found = made[start] = InferRequest(make_inputs(chosen, transport), outputs, batch)
         return found
 
     return request
@@ -132,15 +134,17 @@ def image_requests(images: Sequence[bytes], batch: int = 1) -> RequestFactory:
 def tensor_requests(input_name: str, tensor: npt.NDArray[Any], output_name: str) -> RequestFactory:
     """Every request carries ``tensor`` as ``input_name`` (datatype from its dtype, e.g. UINT8
     ``[1, 3, 224, 224]`` for a model that takes pixels) and asks for ``output_name``; its first
-    dimension is the batch, the items counted."""
+    dimension is the batch, the items counted. gRPC (the benchmarks' inner hops speak only
+    that)."""
     if tensor.ndim < 1 or tensor.shape[0] < 1:
         raise ValueError("the tensor's first dimension is the batch: at least one item")
     datatype = np_to_triton_dtype(tensor.dtype)
     if datatype is None:
         raise ValueError(f"no KServe datatype for {tensor.dtype}")
-    tensor_input = InferInput(input_name, list(tensor.shape), datatype)
+    tensor_input = GRPC.infer_input(input_name, list(tensor.shape), datatype)
     tensor_input.set_data_from_numpy(tensor)
-    request = InferRequest([tensor_input], [InferRequestedOutput(output_name)], tensor.shape[0])
+    outputs = [GRPC.requested_output(output_name)]
+    request = InferRequest([tensor_input], outputs, tensor.shape[0])
     return lambda number: request
 
 

@@ -29,6 +29,7 @@ from demo_client.load import (
     tensor_requests,
 )
 from demo_client.stats import Recorder
+from demo_client.transports import GRPC, HTTP
 from inferline_testing.waits import wait_for_state
 
 GOOD = [b"img-0", b"img-1", b"img-2"]
@@ -274,9 +275,10 @@ async def test_wait_ready_gives_up_with_the_reason(target: str, unused_target: s
         served = "model 'nope' is not served there; it serves classifier, pixels"
         with pytest.raises(NotReadyError, match=served):
             await wait_ready(clients[0], target, "nope", wait_s=0)
-    async with open_clients(unused_target) as clients:
-        with pytest.raises(NotReadyError, match="UNAVAILABLE"):
-            await wait_ready(clients[0], unused_target, "classifier", wait_s=0.3)
+    for transport in (GRPC, HTTP):  # nobody there: the same answer over either transport
+        async with open_clients(unused_target, transport=transport) as clients:
+            with pytest.raises(NotReadyError, match="UNAVAILABLE"):
+                await wait_ready(clients[0], unused_target, "classifier", wait_s=0.3)
 
 
 def test_a_refused_worker_backs_off_doubling_with_jitter_and_resets_on_an_answer() -> None:

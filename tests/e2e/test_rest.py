@@ -8,6 +8,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -16,6 +19,7 @@ import pytest
 import tritonclient.http as triton_http
 import tritonclient.http.aio as triton_http_aio
 
+from inferline_stack.config import StackConfig
 from inferline_testing import media
 
 from .test_bad_input import BAD_IMAGES, expect_error
@@ -164,3 +168,21 @@ async def test_a_body_over_the_message_limit_is_413(public_rest_url: str) -> Non
         json.dumps(image_json([media.cat_jpeg()])).encode(),
     )  # fmt: skip
     assert again == 200  # the service stays up
+
+
+def demo_client(*args: str) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "demo_client", "--protocol", "http", "--json", *args]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def test_the_demo_client_over_rest(stack: StackConfig, tmp_path: Path) -> None:
+    target = f"127.0.0.1:{stack.public_port}"
+    summary = demo_client("--target", target, "--duration", "3", "--concurrency", "4")
+    assert summary["images"] > 0 and summary["errors"] == 0, summary
+    cat = tmp_path / "cat.jpg"
+    cat.write_bytes(media.cat_jpeg())
+    [top, *_] = demo_client("--target", target, "--classify", str(cat), "--top-k", "3")[str(cat)]
+    assert top["index"] in media.CAT_CLASSES
