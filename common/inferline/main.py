@@ -18,6 +18,9 @@ logger = logging.getLogger(__name__)
 
 class ServiceConfig(Protocol):
     @property
+    def host(self) -> str: ...
+
+    @property
     def metrics_port(self) -> int: ...
 
     @property
@@ -32,8 +35,11 @@ C = TypeVar("C", bound=ServiceConfig)
 
 
 async def serve(config: C, start: Callable[[C], Awaitable[Running]]) -> None:
-    """Serve ``/metrics`` and the service until SIGTERM/SIGINT, then stop it gracefully."""
-    metrics, _ = await start_metrics_server(config.metrics_port)
+    """Serve ``/metrics`` and the service until SIGTERM/SIGINT, then stop it gracefully.
+
+    ``/metrics`` listens on the service's own address (``HOST``), never wider: on loopback in
+    the local stack, on the pod's addresses in Kubernetes (where Prometheus scrapes it)."""
+    metrics, _ = await start_metrics_server(config.metrics_port, config.host)
     try:
         running = await start(config)
         received = await wait_for_signal()

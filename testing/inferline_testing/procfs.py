@@ -5,7 +5,9 @@ sees it. A process that has gone counts as nothing."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,3 +66,70 @@ def group_usage(pgid: int) -> Usage:
         sum(u.fds for u in usages),
         sum(u.cpu_s for u in usages),
     )
+
+
+@dataclass(frozen=True)
+class Listening:
+    """A socket a process listens on (TCP) or is bound to (UDP)."""
+
+    protocol: str  # tcp or udp
+    address: str  # as ipaddress writes it: 127.0.0.1, ::, ::ffff:127.0.0.1
+    port: int
+
+
+# /proc/net/{tcp,udp}[6] states: 0A is TCP LISTEN; 07 is UDP's (unconnected) CLOSE
+BOUND_STATES = {"tcp": "0A", "udp": "07"}
+
+
+def _address(hex_address: str) -> str:
+    """/proc/net's address: IPv4 as one little-endian word, IPv6 as four."""
+    raw = bytes.fromhex(hex_address)
+    words = [raw[i : i + 4][::-1] for i in range(0, len(raw), 4)]
+    return str(ipaddress.ip_address(b"".join(words)))
+
+
+def _bound_sockets() -> dict[int, Listening]:
+    """{socket inode: what it listens on} of every listening or bound socket in this network
+    namespace."""
+    found: dict[int, Listening] = {}
+    for protocol, state in BOUND_STATES.items():
+        for suffix in ("", "6"):
+            try:
+                lines = Path(f"/proc/net/{protocol}{suffix}").read_text().splitlines()[1:]
+            except OSError:
+                continue
+            for line in lines:
+                fields = line.split()
+                if fields[3] != state:
+                    continue
+                address, port = fields[1].rsplit(":", 1)
+                found[int(fields[9])] = Listening(protocol, _address(address), int(port, 16))
+    return found
+
+
+def listening(pids: Iterable[int]) -> set[Listening]:
+    """Every socket ``pids`` listen on (TCP) or are bound to (UDP)."""
+    bound = _bound_sockets()
+    found = set()
+    for pid in pids:
+        for link in _fd_links(pid):
+            if link.startswith("socket:["):
+                inode = int(link[len("socket:[") : -1])
+                if inode in bound:
+                    found.add(bound[inode])
+    return found
+
+
+def _fd_links(pid: int) -> list[str]:
+    """What each open file descriptor of ``pid`` points at (those that close meanwhile left out)."""
+    links = []
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:  # gone, or not ours to read
+        return []
+    for fd in fds:
+        try:
+            links.append(str(fd.readlink()))
+        except OSError:
+            continue
+    return links
