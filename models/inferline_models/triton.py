@@ -96,6 +96,7 @@ class LocalTriton:
         ports: Ports,
         address: str = "0.0.0.0",
         access_token: str | None = None,
+        workspace: Path | None = None,
     ) -> None:
         from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
@@ -120,6 +121,9 @@ class LocalTriton:
                 grpc_http2_min_recv_ping_interval_without_data=5000,
             ),
             security_config=TritonSecurityConfig(access_token=access_token or None),
+            # PyTriton's sockets and model store: where the caller can find (and free) them
+            # after a kill -9, rather than a random folder under ~/.cache/pytriton.
+            workspace=workspace,
         )
         for b in bindings:
             self._triton.bind(
@@ -181,6 +185,13 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"a model to serve; repeat for several (default: {MODEL_NAME})",
     )
     parser.add_argument("--address", default="0.0.0.0", help="gRPC and HTTP bind address")
+    parser.add_argument(
+        "--workspace",
+        type=Path,
+        default=None,
+        help="PyTriton's workspace, a folder that must not exist yet (default: a new one under "
+        "~/.cache/pytriton)",
+    )
     parser.add_argument("--grpc-port", type=int, default=Ports.grpc)
     parser.add_argument("--http-port", type=int, default=Ports.http)
     parser.add_argument("--metrics-port", type=int, default=Ports.metrics)
@@ -292,7 +303,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         bindings = _bindings(args)
         ports = Ports(grpc=args.grpc_port, http=args.http_port, metrics=args.metrics_port)
         token = os.environ.get(ACCESS_TOKEN_ENV)
-        with LocalTriton(bindings, ports, address=args.address, access_token=token) as triton:
+        with LocalTriton(
+            bindings, ports, address=args.address, access_token=token, workspace=args.workspace
+        ) as triton:
             triton.start()
             starting = False
             return 0 if triton.wait(stop) else 1

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from inferline.config import ConfigError, load
+from inferline_stack import remember
 from inferline_stack.config import PREFIX, StackConfig
 from inferline_stack.processes import ProcessTable
 from inferline_stack.scale import scale
@@ -34,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     args, rest = parser.parse_known_args(argv)
     try:
         config = load(StackConfig, PREFIX, rest)
+        if args.command in ("scale", "status"):  # the stack as started, whatever this shell sets
+            config = remember.started(config, remember.explicit(rest))
         if args.command in ("up", "scale"):
             config.served_models()  # a listed model missing from the repository, by name
     except (ConfigError, ValueError) as error:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import functools
 import time
-from pathlib import Path
 
 from eds.sources import endpoints_file
 from inferline_envoy import admin as envoy_admin
-from inferline_stack import prometheus, scaling, services
+from inferline_stack import leftovers, prometheus, scaling, services
 from inferline_stack.config import MAX_REPLICAS, StackConfig
 from inferline_stack.health import wait_until
-from inferline_stack.processes import ProcessTable, alive
+from inferline_stack.processes import ProcessTable
 from inferline_stack.services import HOST, Service, endpoints_path, replica_name
 from inferline_stack.ui import console
 
@@ -36,6 +35,7 @@ class StackError(Exception):
 def start_ready(config: StackConfig, table: ProcessTable, service: Service) -> float:
     """Start ``service`` (stopping a stale one first); seconds until it answered ready."""
     table.stop(service.name, config.stop_grace_s)
+    leftovers.remove_workspace(table.run_dir, service.name)  # what a kill -9 left of the last
     start = time.monotonic()
     pid = table.start(service.name, service.argv, service.env, service.fingerprint())
     with console.status(f"starting {service.name} (pid {pid}) …"):
@@ -166,10 +166,8 @@ def forget_dead(config: StackConfig, table: ProcessTable, service: str) -> list[
 
 
 def forget(table: ProcessTable, name: str) -> None:
-    """Forget a process that is gone, and free what a ``kill -9`` left of it: PyTriton names
-    its shared memory after its process (``/dev/shm/pytrtion<pid>-*``, 4 MiB and more)."""
-    pid = table.recorded_pid(name)
-    if pid is not None and not alive(pid):  # (a reused pid may be another PyTriton's)
-        for leftover in Path("/dev/shm").glob(f"pytrtion{pid}-*"):
-            leftover.unlink(missing_ok=True)
+    """Forget a process that is gone, and free what a ``kill -9`` left of it: its workspace,
+    and shared memory nobody uses any more (:mod:`inferline_stack.leftovers`)."""
     table.stop(name)  # not running: just removes its pid file
+    leftovers.remove_workspace(table.run_dir, name)
+    leftovers.free_orphans()

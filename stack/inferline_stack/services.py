@@ -22,7 +22,7 @@ from eds.cache import Endpoint
 from inferline import capacity
 from inferline_envoy import config as envoy_config
 from inferline_envoy import proxyless
-from inferline_stack import health
+from inferline_stack import health, leftovers
 from inferline_stack.config import (
     BATCHER,
     CLUSTERS,
@@ -115,6 +115,7 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
                 f"--grpc-port={grpc_port}",
                 f"--http-port={http_port}",
                 f"--metrics-port={metrics_port}",
+                f"--workspace={leftovers.workspace(config.run_dir, name).resolve()}",
                 *shlex.split(config.triton_args),
             ),
             address=address,

@@ -10,12 +10,13 @@ back, with no process left behind.
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
 from eds.sources import endpoints_file
 from inferline_envoy import config as envoy_config
-from inferline_stack import health, prometheus, services
+from inferline_stack import health, leftovers, prometheus, remember, services
 from inferline_stack.config import (
     BATCHER,
     CLUSTERS,
@@ -57,8 +58,10 @@ def up(config: StackConfig, table: ProcessTable) -> int:
 
 
 def _up(config: StackConfig, table: ProcessTable) -> None:
+    remember.remember(config)  # what `scale` and `status` in another shell act on
     _stop_strays(config, table)
     kept = _keep_replicas(config, table)
+    leftovers.free_orphans()  # what replicas killed before this `up` left
     endpoints_file.write(
         services.endpoints_path(config),
         {c: [e for s in kept for m, e in s.members() if m == c] for c in CLUSTERS},
@@ -178,4 +181,14 @@ def down(config: StackConfig, table: ProcessTable) -> int:
     for names in [*tiers, [ENVOY], [EDS], [prometheus.PROMETHEUS], table.names()]:
         for name in table.stop_all(names, config.stop_grace_s):
             console.print(f"stopped {name}")
+    _free_leftovers(config)
+    remember.forget(config.run_dir)
     return 0
+
+
+def _free_leftovers(config: StackConfig) -> None:
+    """What killed Triton replicas left: their workspaces, and shared memory nobody maps."""
+    shutil.rmtree(leftovers.workspaces(config.run_dir), ignore_errors=True)
+    freed = leftovers.free_orphans()
+    if freed:
+        console.print(f"freed {freed / 2**20:.0f} MiB of shared memory killed Triton replicas left")

@@ -133,3 +133,18 @@ def _fd_links(pid: int) -> list[str]:
         except OSError:
             continue
     return links
+
+
+def shared_memory(pids: Iterable[int]) -> set[Path]:
+    """The POSIX shared memory (``/dev/shm`` files) ``pids`` map."""
+    found = set()
+    for pid in pids:
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            continue
+        for line in maps.splitlines():
+            path = line.split(None, 5)[5:]
+            if path and path[0].startswith("/dev/shm/"):
+                found.add(Path(path[0].removesuffix(" (deleted)")))
+    return found

@@ -26,6 +26,7 @@ import pytest
 from eds.cache import Health
 from eds.sources import endpoints_file
 from inferline_envoy import admin as envoy_admin
+from inferline_stack import leftovers
 from inferline_stack.config import TRITON, StackConfig
 from inferline_stack.processes import ProcessTable, group_alive, kill_group
 from inferline_stack.prometheus import PROMETHEUS, binary
@@ -35,6 +36,7 @@ from inferline_stack.stack import down, up
 from inferline_testing import media
 from inferline_testing.harness import flowing, load
 from inferline_testing.ports import config_on_free_ports
+from inferline_testing.procfs import group_pids, shared_memory
 from inferline_testing.prometheus import query, series, tool
 from inferline_testing.waits import wait_for
 
@@ -128,9 +130,11 @@ def triton_port(config: StackConfig, index: int) -> int:
     return config.replica_ports(TRITON, index)[0]
 
 
-def shared_memory_of(pid: int) -> list[Path]:
-    """PyTriton's shared memory regions of the process ``pid``."""
-    return list(Path("/dev/shm").glob(f"pytrtion{pid}-*"))
+def triton_leftovers(config: StackConfig, table: ProcessTable) -> tuple[set[Path], list[Path]]:
+    """The shared memory every Triton replica maps, and their PyTriton workspaces."""
+    names = [n for n in table.names() if n.startswith(f"{TRITON}-")]
+    pids = [p for n in names if (g := table.pid(n)) is not None for p in group_pids(g)]
+    return shared_memory(pids), [leftovers.workspace(config.run_dir, n) for n in names]
 
 
 async def test_scale_triton_1_2_4_2_1_under_load(scaling_stack: StackConfig) -> None:
@@ -197,6 +201,9 @@ async def test_kill_9_a_triton_replica_under_load(scaling_stack: StackConfig) ->
     ) as recorder:
         await served_by_all(config, {port})  # it has work when it dies
         await flowing(recorder, 100)
+        segments = shared_memory(group_pids(pgid))
+        workspace = leftovers.workspace(config.run_dir, "triton-1")
+        assert segments and workspace.is_dir()
         served = (await triton_hosts(config))[port].rq_total
         killed = time.monotonic()
         kill_group(pgid)  # kill -9 of Triton, its server and its model stubs
@@ -209,7 +216,8 @@ async def test_kill_9_a_triton_replica_under_load(scaling_stack: StackConfig) ->
         )  # fmt: skip
         failed_hc_after_s = time.monotonic() - killed
         await flowing(recorder, 200)  # and the load goes on, on triton-0
-    assert shared_memory_of(pgid)  # kill -9 leaves PyTriton's shared memory behind...
+    assert all(p.exists() for p in segments)  # kill -9 leaves PyTriton's shared memory...
+    assert workspace.is_dir()  # ...and its workspace behind...
     print(
         f"triton-1 had served {served} requests; out of rotation {left_after_s:.2f}s after "
         f"kill -9, failing health checks after {failed_hc_after_s:.2f}s; {recorder.summary()}"
@@ -219,7 +227,43 @@ async def test_kill_9_a_triton_replica_under_load(scaling_stack: StackConfig) ->
     out = await scale(config, 1)  # the dead replica leaves the endpoints file
     assert "triton-1 was not running" in out
     await envoy_has(config, {triton_port(config, 0)})
-    assert shared_memory_of(pgid) == []  # ...which the next `make scale` frees
+    assert [p for p in segments if p.exists()] == []  # ...which the next `make scale` frees
+    assert not workspace.exists()
+
+
+async def another_shell(config: StackConfig, *args: str, **settings: str) -> tuple[int, str]:
+    """``make scale …`` typed in another shell: none of the settings the stack was started with
+    (only where its run folder is), plus ``settings``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INFERLINE_STACK_")}
+    env.update({"INFERLINE_STACK_RUN_DIR": config.run_dir, **settings})
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "inferline_stack", *args),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await proc.communicate()
+    return proc.returncode or 0, out.decode(errors="replace")
+
+
+async def test_scale_in_another_shell_keeps_the_pool_one_model(scaling_stack: StackConfig) -> None:
+    """The issue's case: a stack started with the simulated GPU, scaled from a shell that does
+    not say so. The new replica serves the pool's model, not the default, and no request fails;
+    a contradicting setting is refused, naming both."""
+    config = scaling_stack
+    command = ("scale", "--service", TRITON, "--replicas", "2")
+    code, out = await another_shell(config, *command, INFERLINE_STACK_MODEL="efficientnet_lite0")
+    assert code == 2 and "it runs with 'simulated_gpu'" in out, out
+    code, out = await another_shell(config, *command)
+    assert code == 0, out
+    ports = {triton_port(config, i) for i in (0, 1)}
+    await envoy_has(config, ports)
+    async with load(
+        public(config), concurrency=CONCURRENCY, timeout_s=30.0, images=images()
+    ) as recorder:
+        await served_by_all(config, ports)
+        await flowing(recorder, 200)
+    assert recorder.errors == 0, recorder.errors_by_code  # no NOT_FOUND from a mixed pool
 
 
 async def test_a_new_replica_is_scraped_without_a_restart(scaling_stack: StackConfig) -> None:
@@ -248,6 +292,10 @@ def test_down_leaves_no_process_behind(scaling_stack: StackConfig) -> None:
     assert set(table.names()) == expected
     groups = [pid for name in table.names() if (pid := table.pid(name)) is not None]
     assert len(groups) == len(expected)
+    segments, workspaces = triton_leftovers(scaling_stack, table)
+    assert segments and all(w.is_dir() for w in workspaces)  # PyTriton's, under the run folder
     down(scaling_stack, table)
     assert [pgid for pgid in groups if group_alive(pgid)] == []
     assert table.names() == []
+    assert [p for p in segments if p.exists()] == []  # nothing left in /dev/shm...
+    assert not leftovers.workspaces(scaling_stack.run_dir).exists()  # ...nor on disk
