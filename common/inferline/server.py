@@ -19,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 
 from inferline.capacity import INNER_MESSAGE_BYTES
 from inferline.metrics import RpcMetrics
+from inferline.tls import ServerTls
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +79,10 @@ async def start_server(
     service_names: Sequence[str],
     host: str = "0.0.0.0",
     max_message_bytes: int = MAX_MESSAGE_BYTES,
+    tls: ServerTls | None = None,
 ) -> RunningServer:
-    """Start a server for ``name`` on ``port`` (0 picks a free one) and mark it SERVING."""
+    """Start a server for ``name`` on ``port`` (0 picks a free one) and mark it SERVING;
+    over TLS (mutual when ``tls`` names a CA) when ``tls`` is given."""
     server = grpc.aio.server(
         interceptors=[RpcMetrics(name)], options=server_options(max_message_bytes)
     )
@@ -90,13 +93,18 @@ async def start_server(
     reflection.enable_server_reflection(
         (*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    bound = server.add_insecure_port(f"{host}:{port}")
+    address = f"{host}:{port}"
+    if tls is None:
+        bound = server.add_insecure_port(address)
+    else:
+        bound = server.add_secure_port(address, tls.grpc_credentials())
     if bound == 0:
         raise OSError(f"{name}: cannot listen on {host}:{port} (port in use?)")
     await server.start()
     running = RunningServer(server, health_servicer, bound, tuple(service_names))
     await running.set_serving(True)
-    logger.info("%s serving gRPC on %s:%d", name, host, bound)
+    security = "plaintext" if tls is None else "mTLS" if tls.mutual else "TLS"
+    logger.info("%s serving gRPC (%s) on %s:%d", name, security, host, bound)
     return running
 
 

@@ -11,6 +11,7 @@ from batcher.scheduler import Batchers, InFlight, Settings
 from batcher.service import BatcherService
 from batcher.upstream import SERVICE, Upstream
 from inferline.server import RunningServer, start_server
+from inferline.tls import server_tls
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ async def start(config: Config) -> Batcher:
         [SERVICE],
         host=config.host,
         max_message_bytes=config.max_message_bytes,
+        tls=server_tls(config),
     )
     logger.info(
         "batching for upstream %s: max_batch_size %s, max_queue_delay %.3g ms, "

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from inferline import capacity
 from inferline.config import require
+from inferline.tls import require_tls
 
 PREFIX = "INFERLINE_BATCHER"
 
@@ -31,6 +32,11 @@ class Config:
     upstream_timeout_s: float = capacity.DEFAULT_DEADLINE_S
     max_message_bytes: int = capacity.INNER_MESSAGE_BYTES
     grace_s: float = 5.0
+    # TLS on this service's own port(s) (inferline.tls): certificate and key files (PEM) to
+    # serve TLS; with a CA too, mutual TLS: clients (Envoy) must present a certificate it signed.
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
 
     def __post_init__(self) -> None:
         require(0 <= self.port < 65536, PREFIX, "port", "must be a TCP port (0 picks one)")
@@ -44,3 +50,4 @@ class Config:
         require(self.upstream_timeout_s > 0, PREFIX, "upstream_timeout_s", "must be positive")
         require(self.max_message_bytes > 0, PREFIX, "max_message_bytes", "must be positive")
         require(self.grace_s >= 0, PREFIX, "grace_s", "must not be negative")
+        require_tls(self, PREFIX)

@@ -14,6 +14,7 @@ from inferline.admission import Limits as AdmissionLimits
 from inferline.imaging.decode import Geometry, Limits
 from inferline.imaging.settings import default_sampling, video_limits
 from inferline.server import RunningServer, start_server
+from inferline.tls import server_tls
 from middleman import classifiers
 from middleman.classifiers import Classifiers
 from middleman.config import Config
@@ -115,6 +116,7 @@ async def start(config: Config) -> Middleman:
         [SERVICE_NAME],
         host=config.host,
         max_message_bytes=config.max_message_bytes + capacity.FRAMING_BYTES,
+        tls=server_tls(config),
     )
     rest = RestApi(service, config.max_message_bytes)
     try:
@@ -127,20 +129,24 @@ async def start(config: Config) -> Middleman:
 
 
 async def start_rest(rest: RestApi, config: Config) -> web.AppRunner:
-    """KServe v2 HTTP/REST on ``config.rest_port`` (0 picks one)."""
+    """KServe v2 HTTP/REST on ``config.rest_port`` (0 picks one), over (m)TLS as gRPC is."""
     runner = web.AppRunner(rest.application(), access_log=None, shutdown_timeout=config.grace_s)
     await runner.setup()
+    tls = server_tls(config)
+    ssl_context = None if tls is None else tls.ssl_context()
     try:
-        await web.TCPSite(runner, config.host, config.rest_port).start()
+        await web.TCPSite(runner, config.host, config.rest_port, ssl_context=ssl_context).start()
     except OSError as exc:
         await runner.cleanup()
         raise OSError(
             f"middleman: cannot serve REST on {config.host}:{config.rest_port} ({exc.strerror}); "
             "set INFERLINE_MIDDLEMAN_REST_PORT"
         ) from None
+    security = "plaintext" if tls is None else "mTLS" if tls.mutual else "TLS"
     logger.info(
-        "middleman serving KServe v2 REST on %s:%d", config.host, int(runner.addresses[0][1])
-    )
+        "middleman serving KServe v2 REST (%s) on %s:%d",
+        security, config.host, int(runner.addresses[0][1]),
+    )  # fmt: skip
     return runner
 
 

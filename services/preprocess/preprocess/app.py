@@ -12,6 +12,7 @@ from inferline import admission
 from inferline.imaging.decode import Geometry, Limits
 from inferline.imaging.settings import default_sampling, video_limits
 from inferline.server import RunningServer, start_server
+from inferline.tls import server_tls
 from preprocess import metrics
 from preprocess.backends import BackendSettings
 from preprocess.choice import Machine, choose, create, detect
@@ -105,5 +106,6 @@ async def start(config: Config, machine: Machine | None = None) -> Preprocess:
         [SERVICE_NAME],
         host=config.host,
         max_message_bytes=config.max_message_bytes,
+        tls=server_tls(config),
     )
     return Preprocess(server, service, decoders)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from inferline import capacity
 from inferline.config import require
 from inferline.imaging.settings import require_video_settings
+from inferline.tls import require_tls
 
 PREFIX = "INFERLINE_PREPROCESS"
 
@@ -57,6 +58,11 @@ class Config:
     max_inflight: int = capacity.PREPROCESS_INFLIGHT_REQUESTS
     max_inflight_bytes: int = capacity.PREPROCESS_INFLIGHT_BYTES
     grace_s: float = 5.0
+    # TLS on this service's own port(s) (inferline.tls): certificate and key files (PEM) to
+    # serve TLS; with a CA too, mutual TLS: clients (Envoy) must present a certificate it signed.
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
 
     def __post_init__(self) -> None:
         require(0 <= self.port < 65536, PREFIX, "port", "must be a TCP port (0 picks one)")
@@ -77,6 +83,7 @@ class Config:
             require(getattr(self, name) > 0, PREFIX, name, "must be positive")
         require_video_settings(self, PREFIX)
         require(self.grace_s >= 0, PREFIX, "grace_s", "must not be negative")
+        require_tls(self, PREFIX)
 
     @property
     def threads(self) -> int:

@@ -30,6 +30,11 @@ def test_environment_and_flags() -> None:
         ({"INFERLINE_PREPROCESS_MAX_VIDEO_BYTES": "99999999999"}, "below max_message_bytes"),
         ({"INFERLINE_PREPROCESS_VIDEO_FPS": "0"}, "INFERLINE_PREPROCESS_VIDEO_FPS"),
         ({"INFERLINE_PREPROCESS_WORKERS": "many"}, "expected an integer"),
+        (
+            {"INFERLINE_PREPROCESS_TLS_CERT": "/nope.crt", "INFERLINE_PREPROCESS_TLS_KEY": "/k"},
+            "INFERLINE_PREPROCESS_TLS_CERT='/nope.crt': No such file",
+        ),
+        ({"INFERLINE_PREPROCESS_TLS_CA": "/ca.crt"}, "INFERLINE_PREPROCESS_TLS_CA: client cert"),
     ],
 )
 def test_a_bad_value_names_its_variable(env: dict[str, str], words: str) -> None:

@@ -1,0 +1,110 @@
+"""TLS for a service's own ports: the settings every service shares, checked at startup.
+
+Each service reads ``INFERLINE_<SERVICE>_TLS_CERT``, ``_TLS_KEY`` and ``_TLS_CA`` (files, PEM):
+
+- none set: plaintext (the default; inside a trusted network, or behind a mesh);
+- cert and key: the gRPC port (and middleman's REST port) serve TLS;
+- cert, key and CA: mutual TLS: a client must present a certificate the CA signed (Envoy's),
+  and one without is refused in the handshake.
+
+A missing or unreadable file, or a key without its certificate, fails startup naming the
+variable. The files are read once at startup.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import grpc
+
+from inferline.config import ConfigError, env_name
+
+
+class TlsSettings(Protocol):
+    """The three fields a service's config dataclass carries."""
+
+    @property
+    def tls_cert(self) -> str: ...
+    @property
+    def tls_key(self) -> str: ...
+    @property
+    def tls_ca(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """A server's certificate chain and key, and the CA its clients must be signed by
+    (``None``: no client certificate asked for)."""
+
+    cert_file: str
+    key_file: str
+    ca_file: str | None
+
+    @property
+    def mutual(self) -> bool:
+        return self.ca_file is not None
+
+    def grpc_credentials(self) -> grpc.ServerCredentials:
+        ca = None if self.ca_file is None else Path(self.ca_file).read_bytes()
+        pair = (Path(self.key_file).read_bytes(), Path(self.cert_file).read_bytes())
+        return grpc.ssl_server_credentials(
+            [pair], root_certificates=ca, require_client_auth=ca is not None
+        )
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """For an HTTP server (aiohttp): TLS 1.2+, client certificates required under mTLS."""
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.cert_file, self.key_file)
+        if self.ca_file is not None:
+            context.load_verify_locations(cafile=self.ca_file)
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
+
+def require_tls(settings: TlsSettings, prefix: str) -> None:
+    """For ``__post_init__``: both or neither of cert and key, a CA only with them, and every
+    file named readable. Raises ConfigError naming the variable."""
+    cert, key, ca = settings.tls_cert, settings.tls_key, settings.tls_ca
+    if bool(cert) != bool(key):
+        missing = "tls_key" if cert else "tls_cert"
+        raise ConfigError(
+            f"{env_name(prefix, missing)}: TLS needs both {env_name(prefix, 'tls_cert')} and "
+            f"{env_name(prefix, 'tls_key')}"
+        )
+    if ca and not cert:
+        raise ConfigError(
+            f"{env_name(prefix, 'tls_ca')}: client certificates (mTLS) need the server's own: "
+            f"set {env_name(prefix, 'tls_cert')} and {env_name(prefix, 'tls_key')}"
+        )
+    for field, path in (("tls_cert", cert), ("tls_key", key), ("tls_ca", ca)):
+        if path:
+            try:
+                Path(path).read_bytes()
+            except OSError as exc:
+                raise ConfigError(f"{env_name(prefix, field)}={path!r}: {exc.strerror}") from None
+    if cert:
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+        except ssl.SSLError as exc:
+            raise ConfigError(
+                f"{env_name(prefix, 'tls_cert')}={cert!r} and {env_name(prefix, 'tls_key')}="
+                f"{key!r}: not a PEM certificate and its key ({exc.reason or exc})"
+            ) from None
+    if ca:
+        try:
+            ssl.create_default_context(cafile=ca)
+        except ssl.SSLError as exc:
+            raise ConfigError(
+                f"{env_name(prefix, 'tls_ca')}={ca!r}: not PEM CA certificates "
+                f"({exc.reason or exc})"
+            ) from None
+
+
+def server_tls(settings: TlsSettings) -> ServerTls | None:
+    """The TLS a service serves with, from its (validated) settings; ``None``: plaintext."""
+    if not settings.tls_cert:
+        return None
+    return ServerTls(settings.tls_cert, settings.tls_key, settings.tls_ca or None)

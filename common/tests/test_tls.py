@@ -1,0 +1,115 @@
+"""TLS on a service's gRPC port (inferline.tls and the server bootstrap): served with a real
+certificate authority's certificates (`make certs`), refused in the handshake without one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from inferline.config import ConfigError
+from inferline.server import start_server
+from inferline.tls import require_tls, server_tls
+from inferline_stack import certs
+
+
+@dataclass(frozen=True)
+class Settings:
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> certs.Certs:
+    return certs.ensure(tmp_path_factory.mktemp("certs"))
+
+
+def mtls(made: certs.Certs) -> Settings:
+    return Settings(str(made.cert("preprocess")), str(made.key("preprocess")), str(made.ca))
+
+
+async def check(port: int, credentials: grpc.ChannelCredentials | None) -> int:
+    address = f"localhost:{port}"
+    channel = (
+        grpc.aio.insecure_channel(address)
+        if credentials is None
+        else grpc.aio.secure_channel(address, credentials)
+    )
+    async with channel:
+        request = health_pb2.HealthCheckRequest(service="")
+        reply = await health_pb2_grpc.HealthStub(channel).Check(request, timeout=10)
+        return int(reply.status)
+
+
+async def test_tls_without_a_ca_serves_any_client_that_trusts_it(made: certs.Certs) -> None:
+    settings = Settings(str(made.cert("preprocess")), str(made.key("preprocess")))
+    running = await start_server("unit", 0, [], [], host="127.0.0.1", tls=server_tls(settings))
+    try:
+        trusting = grpc.ssl_channel_credentials(made.ca.read_bytes())
+        assert await check(running.port, trusting) == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.aio.AioRpcError) as plaintext:
+            await check(running.port, None)
+        assert plaintext.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        await running.stop(0)
+
+
+async def test_mtls_refuses_a_client_without_a_certificate(made: certs.Certs) -> None:
+    running = await start_server("unit", 0, [], [], host="127.0.0.1", tls=server_tls(mtls(made)))
+    ca = made.ca.read_bytes()
+    client = (made.key(certs.CLIENT).read_bytes(), made.cert(certs.CLIENT).read_bytes())
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as anonymous:
+            await check(running.port, grpc.ssl_channel_credentials(ca))
+        assert anonymous.value.code() == grpc.StatusCode.UNAVAILABLE
+        envoy = grpc.ssl_channel_credentials(ca, *client)
+        assert await check(running.port, envoy) == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        await running.stop(0)
+
+
+async def test_mtls_refuses_a_certificate_another_ca_signed(
+    made: certs.Certs, tmp_path: Path
+) -> None:
+    other = certs.ensure(tmp_path / "other")
+    running = await start_server("unit", 0, [], [], host="127.0.0.1", tls=server_tls(mtls(made)))
+    pair = (other.key(certs.CLIENT).read_bytes(), other.cert(certs.CLIENT).read_bytes())
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await check(running.port, grpc.ssl_channel_credentials(made.ca.read_bytes(), *pair))
+        assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        await running.stop(0)
+
+
+def test_no_settings_is_plaintext() -> None:
+    require_tls(Settings(), "INFERLINE_UNIT")
+    assert server_tls(Settings()) is None
+
+
+def test_good_settings_pass(made: certs.Certs) -> None:
+    require_tls(mtls(made), "INFERLINE_UNIT")
+    tls = server_tls(mtls(made))
+    assert tls is not None and tls.mutual
+
+
+def test_bad_settings_fail_naming_the_variable(made: certs.Certs, tmp_path: Path) -> None:
+    cert, key, ca = str(made.cert("preprocess")), str(made.key("preprocess")), str(made.ca)
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    cases = {
+        "INFERLINE_UNIT_TLS_KEY: TLS needs both": Settings(cert, ""),
+        "INFERLINE_UNIT_TLS_CERT: TLS needs both": Settings("", key),
+        "INFERLINE_UNIT_TLS_CA: client certificates": Settings("", "", ca),
+        "INFERLINE_UNIT_TLS_CERT='/nope.crt': No such file": Settings("/nope.crt", key),
+        "INFERLINE_UNIT_TLS_CA='/nope.crt': No such file": Settings(cert, key, "/nope.crt"),
+        "INFERLINE_UNIT_TLS_CERT=.*: not a PEM certificate": Settings(str(garbage), key),
+        "INFERLINE_UNIT_TLS_CA=.*: not PEM CA": Settings(cert, key, str(garbage)),
+    }
+    for message, settings in cases.items():
+        with pytest.raises(ConfigError, match=message):
+            require_tls(settings, "INFERLINE_UNIT")
