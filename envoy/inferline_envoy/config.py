@@ -66,6 +66,15 @@ class EnvoyParams:
     max_retries: int = 256
     num_retries: int = 3
     retry_buffer_bytes: int = 64 * 1024 * 1024 + 64 * 1024
+    # TLS on the public (first) listener: certificate chain and key files ("": plaintext).
+    public_tls_cert: str = ""
+    public_tls_key: str = ""
+    # mTLS to the replicas of these hops (comma-separated cluster names; their REST twins too):
+    # Envoy's client certificate and key, and the CA the replicas' certificates are signed by.
+    upstream_tls_clusters: str = ""
+    upstream_tls_cert: str = ""
+    upstream_tls_key: str = ""
+    upstream_tls_ca: str = ""
 
     def __post_init__(self) -> None:
         if self.xds_api not in XDS_APIS:
@@ -85,6 +94,22 @@ class EnvoyParams:
         clusters = names + [r for _, r in self.rest]
         if len(set(clusters)) != len(clusters):
             raise ValueError(f"cluster names must differ: {clusters}")
+        if bool(self.public_tls_cert) != bool(self.public_tls_key):
+            raise ValueError("public TLS needs both public_tls_cert and public_tls_key")
+        unknown = set(self.tls_clusters) - set(names)
+        if unknown:
+            raise ValueError(f"upstream_tls_clusters: no listener has cluster {sorted(unknown)}")
+        files = (self.upstream_tls_cert, self.upstream_tls_key, self.upstream_tls_ca)
+        if self.tls_clusters and not all(files):
+            raise ValueError(
+                "mTLS to upstream_tls_clusters needs upstream_tls_cert, upstream_tls_key and "
+                "upstream_tls_ca"
+            )
+
+    @property
+    def tls_clusters(self) -> tuple[str, ...]:
+        """The hops whose replicas Envoy reaches over mTLS."""
+        return tuple(c.strip() for c in self.upstream_tls_clusters.split(",") if c.strip())
 
     @property
     def xds_cluster_type(self) -> str:
@@ -119,6 +144,11 @@ class EnvoyParams:
             "max_retries": self.max_retries,
             "num_retries": self.num_retries,
             "retry_buffer_bytes": self.retry_buffer_bytes,
+            "public_tls_cert": self.public_tls_cert,
+            "public_tls_key": self.public_tls_key,
+            "upstream_tls_cert": self.upstream_tls_cert,
+            "upstream_tls_key": self.upstream_tls_key,
+            "upstream_tls_ca": self.upstream_tls_ca,
         }
 
 
@@ -171,10 +201,21 @@ def render(params: EnvoyParams = LOCAL, template: Path | None = None) -> dict[st
         hop = {**values, "cluster": name, "port": port}
         listener = substitute(shapes["listener"], hop)
         listeners.append(listener)
-        clusters.append(substitute(shapes["cluster"], hop))
+        cluster = substitute(shapes["cluster"], hop)
+        clusters.append(cluster)
+        mtls = name in params.tls_clusters
+        if mtls:
+            cluster["transport_socket"] = upstream_tls(shapes, values, name, "h2")
         if name in rest:
             route_by_content_type(listener, rest[name])
-            clusters.append(substitute(shapes["rest_cluster"], {**hop, "cluster": rest[name]}))
+            rest_cluster = substitute(shapes["rest_cluster"], {**hop, "cluster": rest[name]})
+            if mtls:
+                rest_cluster["transport_socket"] = upstream_tls(shapes, values, name, "http/1.1")
+            clusters.append(rest_cluster)
+    if params.public_tls_cert:
+        listeners[0]["filter_chains"][0]["transport_socket"] = substitute(
+            shapes["public_tls"], values
+        )
     if params.probe_port:
         listeners.append(substitute(shapes["probe_listener"], values))
         clusters.append(substitute(shapes["probe_cluster"], values))
@@ -182,6 +223,16 @@ def render(params: EnvoyParams = LOCAL, template: Path | None = None) -> dict[st
     static["listeners"] = listeners
     static["clusters"] = [*static.get("clusters", []), *clusters]
     return config
+
+
+def upstream_tls(
+    shapes: Mapping[str, Any], values: Mapping[str, Any], service: str, alpn: str
+) -> dict[str, Any]:
+    """The mTLS transport socket to ``service``'s replicas, speaking ``alpn``."""
+    socket: dict[str, Any] = substitute(
+        shapes["upstream_tls"], {**values, "upstream_name": service, "alpn": alpn}
+    )
+    return socket
 
 
 def route_by_content_type(listener: dict[str, Any], rest_cluster: str) -> None:

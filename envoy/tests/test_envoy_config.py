@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from inferline_envoy import config as ec
+from inferline_stack import certs
 
 
 def by_name(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -88,6 +89,42 @@ def test_the_public_listener_routes_grpc_to_middleman_and_the_rest_to_its_rest_p
         assert len(manager["route_config"]["virtual_hosts"][0]["routes"]) == 1
 
 
+def test_tls_serves_the_public_listener_and_mtls_reaches_the_named_hops(tmp_path: Path) -> None:
+    made = certs.ensure(tmp_path)
+    client = (str(made.cert(certs.CLIENT)), str(made.key(certs.CLIENT)))
+    params = dataclasses.replace(
+        ec.LOCAL,
+        public_tls_cert=str(made.cert(certs.PUBLIC)),
+        public_tls_key=str(made.key(certs.PUBLIC)),
+        upstream_tls_clusters="middleman,preprocess",
+        upstream_tls_cert=client[0],
+        upstream_tls_key=client[1],
+        upstream_tls_ca=str(made.ca),
+    )
+    config = ec.render(params)
+    ok, output = ec.validate(config)  # the real binary loads every certificate
+    assert ok, output
+    listeners = by_name(config["static_resources"]["listeners"])
+    public = listeners["middleman"]["filter_chains"][0]["transport_socket"]["typed_config"]
+    assert public["common_tls_context"]["alpn_protocols"] == ["h2", "http/1.1"]
+    for inner in ("preprocess", "batcher", "triton"):  # loopback hops: plaintext
+        assert "transport_socket" not in listeners[inner]["filter_chains"][0]
+    clusters = by_name(config["static_resources"]["clusters"])
+    expected = {"middleman": ("h2", "middleman"), "middleman-rest": ("http/1.1", "middleman"),
+                "preprocess": ("h2", "preprocess")}  # fmt: skip
+    for name, (alpn, san) in expected.items():
+        context = clusters[name]["transport_socket"]["typed_config"]["common_tls_context"]
+        assert context["alpn_protocols"] == [alpn]
+        certificate = context["tls_certificates"][0]
+        assert certificate["certificate_chain"]["filename"] == client[0]
+        validation = context["validation_context"]
+        assert validation["trusted_ca"]["filename"] == str(made.ca)
+        assert validation["match_typed_subject_alt_names"][0]["matcher"] == {"exact": san}
+    for plain in ("batcher", "triton", "xds"):
+        assert "transport_socket" not in clusters[plain]
+    assert "transport_socket" not in str(ec.render(ec.LOCAL))  # off unless given
+
+
 def test_kubernetes_differs_only_where_it_must() -> None:
     config = ec.render(ec.KUBERNETES)
     xds = by_name(config["static_resources"]["clusters"])["xds"]
@@ -138,6 +175,9 @@ def test_the_template_uses_every_parameter() -> None:
         ({"admin_port": 8080}, "must differ"),
         ({"listeners": (("a", 1), ("a", 2))}, "two listeners"),
         ({"admin_port": 0}, "not a TCP port"),
+        ({"public_tls_cert": "/a.crt"}, "both public_tls_cert and public_tls_key"),
+        ({"upstream_tls_clusters": "middleman"}, "needs upstream_tls_cert"),
+        ({"upstream_tls_clusters": "nope"}, r"no listener has cluster \['nope'\]"),
     ],
 )
 def test_bad_parameters_are_refused(changes: dict[str, Any], message: str) -> None:
