@@ -20,7 +20,7 @@ BENCH_BATCHER_ARGS ?=
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup model up down status scale demo demo-web grafana images deploy undeploy verify-cluster k8s-envoy checkov test lint check-packages format bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload soak clean
+.PHONY: help setup certs model up down status scale demo demo-web grafana images deploy undeploy verify-cluster k8s-envoy checkov test lint check-packages format bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload soak clean
 
 help: ## list the targets
 	@echo "inferline — scale-out inference pipeline (see README.md)"
@@ -43,6 +43,9 @@ setup: $(STAMP) ## create .venv with the pinned versions (idempotent, fast when 
 
 model: setup ## export the built-in MODELS to ONNX into the Triton model repository (cached): MODELS="efficientnet_lite0 efficientnet_lite2"
 	@$(PY) -m inferline_models build --repository $(MODEL_REPOSITORY) $(MODELS)
+
+certs: setup ## a local CA and TLS certificates under .run/certs (idempotent); INFERLINE_STACK_TLS=true make up serves with them
+	@$(PY) -m inferline_stack.certs .run/certs
 
 up: model ## start the local stack (every hop through Envoy, public :8080); returns when ready
 	@$(PY) -m inferline_stack up --model-repository $(MODEL_REPOSITORY)

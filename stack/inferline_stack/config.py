@@ -96,6 +96,12 @@ class StackConfig:
     prometheus_port: int = 9090
     prometheus_config: str = "grafana/prometheus/prometheus.yml"
     scrape_interval_s: float = 5.0
+    # TLS: Envoy's public listener serves TLS, and Envoy reaches middleman, preprocess and the
+    # batcher over mTLS (their own ports require its client certificate). The certificates are
+    # certs_dir's ("": run_dir/certs), made by `make certs` (inferline_stack.certs) when missing.
+    # Triton's hop, and the services' calls to Envoy's loopback listeners, stay plaintext.
+    tls: bool = False
+    certs_dir: str = ""
     start_timeout_s: float = 180.0
     stop_grace_s: float = 20.0
 
@@ -164,6 +170,11 @@ class StackConfig:
             (BATCHER, self.batcher_listener_port),
             (TRITON, self.triton_listener_port),
         )
+
+    @property
+    def certs_path(self) -> Path:
+        """Where the TLS certificates are (``make certs`` writes them there)."""
+        return Path(self.certs_dir) if self.certs_dir else Path(self.run_dir) / "certs"
 
     @property
     def admin_url(self) -> str:

@@ -1,11 +1,16 @@
 """Readiness checks, polled with a deadline: KServe v2 (ServerReady and ModelReady) for the
-pipeline's services, ``grpc.health.v1`` for the control plane, ``/ready`` for Envoy."""
+pipeline's services, ``grpc.health.v1`` for the control plane, ``/ready`` for Envoy.
+
+With the stack's TLS on, a check of a service's own port presents Envoy's client certificate
+(the services require one), and a check of the public listener trusts the local CA."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import tritonclient.grpc as triton
@@ -17,9 +22,24 @@ from inferline_envoy import admin as envoy_admin
 POLL_S = 0.1  # between readiness checks; the check itself is the signal, not the wait
 
 
-def ready(address: str, *models: str, timeout: float = 2.0) -> bool:
+@dataclass(frozen=True)
+class ClientTls:
+    """What a TLS client trusts (``ca``) and, for mTLS, the certificate it presents."""
+
+    ca: str
+    cert: str | None = None
+    key: str | None = None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        def read(path: str | None) -> bytes | None:
+            return None if path is None else Path(path).read_bytes()
+
+        return grpc.ssl_channel_credentials(read(self.ca), read(self.key), read(self.cert))
+
+
+def ready(address: str, *models: str, timeout: float = 2.0, tls: ClientTls | None = None) -> bool:
     """True when the server at ``address`` answers ready and so does each of ``models``."""
-    client = triton.InferenceServerClient(address)
+    client = triton.InferenceServerClient(address, creds=tls.credentials() if tls else None)
     try:
         return client.is_server_ready(client_timeout=timeout) and all(
             client.is_model_ready(model, client_timeout=timeout) for model in models
@@ -30,9 +50,14 @@ def ready(address: str, *models: str, timeout: float = 2.0) -> bool:
         client.close()
 
 
-def serving(address: str, timeout: float = 2.0) -> bool:
+def serving(address: str, timeout: float = 2.0, tls: ClientTls | None = None) -> bool:
     """True when ``grpc.health.v1`` Check("") at ``address`` answers SERVING."""
-    with grpc.insecure_channel(address) as channel:
+    channel = (
+        grpc.insecure_channel(address)
+        if tls is None
+        else grpc.secure_channel(address, tls.credentials())
+    )
+    with channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=""), timeout=timeout

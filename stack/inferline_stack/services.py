@@ -22,7 +22,7 @@ from eds.cache import Endpoint
 from inferline import capacity
 from inferline_envoy import config as envoy_config
 from inferline_envoy import proxyless
-from inferline_stack import health, leftovers
+from inferline_stack import certs, health, leftovers
 from inferline_stack.config import (
     BATCHER,
     CLUSTERS,
@@ -55,6 +55,7 @@ class Service:
     inputs: str = ""  # what else defines it (Envoy's rendered configuration)
     # More (cluster, port) it is an endpoint of: middleman's REST port
     also: tuple[tuple[str, int], ...] = ()
+    tls: health.ClientTls | None = None  # how its own port is reached (mTLS), None: plaintext
 
     def fingerprint(self) -> str:
         """Changes whenever what it would be started with changes (``up`` restarts it then)."""
@@ -96,6 +97,35 @@ def endpoints_path(config: StackConfig) -> Path:
     return run_path(config, "endpoints.yaml")
 
 
+# The hops Envoy reaches over mTLS when the stack's TLS is on (Triton's stays plaintext).
+MTLS_SERVICES = (MIDDLEMAN, PREPROCESS, BATCHER)
+
+
+def stack_certs(config: StackConfig) -> certs.Certs:
+    return certs.Certs(config.certs_path.resolve())
+
+
+def envoy_client_tls(config: StackConfig) -> health.ClientTls:
+    """What reaches a service's own port under mTLS: Envoy's client certificate, the CA."""
+    made = stack_certs(config)
+    return health.ClientTls(str(made.ca), str(made.cert(certs.CLIENT)), str(made.key(certs.CLIENT)))
+
+
+def public_tls(config: StackConfig) -> health.ClientTls | None:
+    """What a client of the public listener needs: the local CA (None: plaintext)."""
+    return health.ClientTls(str(stack_certs(config).ca)) if config.tls else None
+
+
+def tls_env(config: StackConfig, service: str) -> dict[str, str]:
+    """``INFERLINE_<SERVICE>_TLS_*``: its server certificate, and the CA clients need."""
+    if not config.tls or service not in MTLS_SERVICES:
+        return {}
+    made, prefix = stack_certs(config), f"INFERLINE_{service.upper()}"
+    return {f"{prefix}_TLS_CERT": str(made.cert(service)),
+            f"{prefix}_TLS_KEY": str(made.key(service)),
+            f"{prefix}_TLS_CA": str(made.ca)}  # fmt: skip
+
+
 def replica(config: StackConfig, service: str, index: int) -> Service:
     """Replica ``index`` of ``service``: its own ports (base + step · index), the others
     reached through Envoy."""
@@ -130,6 +160,8 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
            f"{prefix}_METRICS_PORT": str(metrics_port)}  # fmt: skip
     checked = {BATCHER: models, PREPROCESS: ["preprocess"], MIDDLEMAN: ["classifier"]}[service]
     env.update(capacity_env(service))
+    env.update(tls_env(config, service))
+    tls = envoy_client_tls(config) if config.tls else None
     if service == BATCHER:
         env.update(batcher_upstream(config))
     elif service == MIDDLEMAN:
@@ -149,12 +181,13 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
         name=name,
         argv=python(service),
         address=address,
-        check=lambda: health.ready(address, *checked),
+        check=lambda: health.ready(address, *checked, tls=tls),
         env=env,
         metrics=f"http://{HOST}:{metrics_port}/metrics",
         cluster=service,
         port=port,
         also=((MIDDLEMAN_REST, rest_port[0]),) if rest_port else (),
+        tls=tls,
     )
 
 
@@ -212,7 +245,7 @@ def eds(config: StackConfig) -> Service:
 
 
 def envoy_params(config: StackConfig) -> envoy_config.EnvoyParams:
-    return dataclasses.replace(
+    params = dataclasses.replace(
         envoy_config.LOCAL,
         listeners=config.listeners,
         admin_port=config.envoy_admin_port,
@@ -222,6 +255,18 @@ def envoy_params(config: StackConfig) -> envoy_config.EnvoyParams:
         max_requests=capacity.ENVOY_MAX_REQUESTS,
         max_pending_requests=capacity.ENVOY_MAX_REQUESTS,
         retry_buffer_bytes=capacity.INNER_MESSAGE_BYTES,
+    )
+    if not config.tls:
+        return params
+    made = stack_certs(config)
+    return dataclasses.replace(
+        params,
+        public_tls_cert=str(made.cert(certs.PUBLIC)),
+        public_tls_key=str(made.key(certs.PUBLIC)),
+        upstream_tls_clusters=",".join(MTLS_SERVICES),
+        upstream_tls_cert=str(made.cert(certs.CLIENT)),
+        upstream_tls_key=str(made.key(certs.CLIENT)),
+        upstream_tls_ca=str(made.ca),
     )
 
 

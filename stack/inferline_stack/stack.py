@@ -16,7 +16,7 @@ from pathlib import Path
 
 from eds.sources import endpoints_file
 from inferline_envoy import config as envoy_config
-from inferline_stack import health, leftovers, prometheus, remember, services
+from inferline_stack import certs, health, leftovers, prometheus, remember, services
 from inferline_stack.config import (
     BATCHER,
     CLUSTERS,
@@ -48,8 +48,9 @@ def up(config: StackConfig, table: ProcessTable) -> int:
             plain(exc.log)
         down(config, table)
         return 1
+    tls = f" over TLS (trust {services.stack_certs(config).ca})" if config.tls else ""
     console.print(
-        f"stack up: public endpoint localhost:{config.public_port} (Envoy); "
+        f"stack up: public endpoint localhost:{config.public_port} (Envoy){tls}; "
         "'make status' shows each cluster as Envoy sees it"
     )
     if table.running(prometheus.PROMETHEUS):
@@ -59,6 +60,12 @@ def up(config: StackConfig, table: ProcessTable) -> int:
 
 def _up(config: StackConfig, table: ProcessTable) -> None:
     remember.remember(config)  # what `scale` and `status` in another shell act on
+    if config.tls:
+        try:
+            made = certs.ensure(config.certs_path)  # `make certs`, when not made yet
+        except certs.CertError as exc:
+            raise StackError(f"INFERLINE_STACK_TLS=true: {exc}") from None
+        console.print(f"[green]✓[/] TLS: certificates in {made.dir} (CA {made.ca})")
     _stop_strays(config, table)
     kept = _keep_replicas(config, table)
     leftovers.free_orphans()  # what replicas killed before this `up` left
@@ -88,7 +95,7 @@ def _up(config: StackConfig, table: ProcessTable) -> None:
     public = f"127.0.0.1:{config.public_port}"
     start = time.monotonic()
     if not health.wait_until(
-        lambda: health.ready(public, PUBLIC_MODEL),
+        lambda: health.ready(public, PUBLIC_MODEL, tls=services.public_tls(config)),
         PUBLIC_TIMEOUT_S,
         lambda: table.running(ENVOY),
     ):
@@ -129,7 +136,7 @@ def _keep(table: ProcessTable, service: Service) -> bool:
     if not table.running(service.name) or table.fingerprint(service.name) != service.fingerprint():
         return False
     # A replica's own health (what Envoy checks): its readiness may pass through hops not up yet.
-    return health.serving(service.address) if service.cluster else service.check()
+    return health.serving(service.address, tls=service.tls) if service.cluster else service.check()
 
 
 def _ensure(config: StackConfig, table: ProcessTable, service: Service) -> None:
