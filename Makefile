@@ -47,6 +47,9 @@ model: setup ## export the built-in MODELS to ONNX into the Triton model reposit
 certs: setup ## a local CA and TLS certificates under .run/certs (idempotent); INFERLINE_STACK_TLS=true make up serves with them
 	@$(PY) -m inferline_stack.certs .run/certs
 
+# With INFERLINE_STACK_TLS=true the demo client trusts the local CA (`make certs`).
+DEMO_TLS := $(if $(filter true 1 yes on,$(INFERLINE_STACK_TLS)),--ca .run/certs/ca.crt)
+
 up: model ## start the local stack (every hop through Envoy, public :8080); returns when ready
 	@$(PY) -m inferline_stack up --model-repository $(MODEL_REPOSITORY)
 
@@ -62,11 +65,11 @@ scale: model ## start or drain replicas: SERVICE=triton REPLICAS=2 (EDS pushes t
 		--model-repository $(MODEL_REPOSITORY)
 
 demo: up ## the whole pipeline (Envoy, batcher, Triton) plus the live demo client (DURATION=s, CONCURRENCY=n, MODEL=name)
-	@$(PY) -m demo_client --duration $(DURATION) --concurrency $(CONCURRENCY) --model $(MODEL)
+	@$(PY) -m demo_client --duration $(DURATION) --concurrency $(CONCURRENCY) --model $(MODEL) $(DEMO_TLS)
 	@echo "the stack keeps running: 'make status' shows it, 'make scale SERVICE=triton REPLICAS=2' adds a backend, 'make down' stops it"
 
 demo-web: up ## `make demo` plus a live web page on http://127.0.0.1:8088/ (WEB_PORT=n): images/s per Triton replica, latency, errors, labelled images
-	@$(PY) -m demo_client --web --web-port $(WEB_PORT) --duration $(DURATION) --concurrency $(CONCURRENCY) --model $(MODEL)
+	@$(PY) -m demo_client --web --web-port $(WEB_PORT) --duration $(DURATION) --concurrency $(CONCURRENCY) --model $(MODEL) $(DEMO_TLS)
 	@echo "the stack keeps running: 'make scale SERVICE=triton REPLICAS=2' during a run adds a line to the page, 'make down' stops it"
 
 REGISTRY ?=

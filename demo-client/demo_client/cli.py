@@ -24,7 +24,7 @@ from demo_client.envoy_hosts import DEFAULT_ADMIN, DEFAULT_CLUSTER
 from demo_client.load import LoadConfig, RequestFactory, image_requests, run_load
 from demo_client.samples import DEFAULT_DEST, SamplesError, build_samples, image_files
 from demo_client.stats import Recorder, Summary
-from demo_client.transports import TRANSPORTS
+from demo_client.transports import TRANSPORTS, ClientTls
 from demo_client.view import LiveView, RunInfo, summary_table
 from demo_client.web import WebView
 
@@ -97,6 +97,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="KServe v2 over gRPC or HTTP/REST (binary tensors); the public endpoint speaks both "
         "(default %(default)s)",
     )
+    add(
+        "--tls",
+        action="store_true",
+        help="TLS to the endpoint, trusting the system's CAs (or --ca); plaintext without it",
+    )
+    add(
+        "--ca",
+        metavar="FILE",
+        type=Path,
+        default=None,
+        help="TLS, trusting the CA certificates (PEM) in FILE, e.g. .run/certs/ca.crt of "
+        "`make certs` (implies --tls)",
+    )
+    add(
+        "--cert",
+        metavar="FILE",
+        type=Path,
+        default=None,
+        help="mutual TLS: present this client certificate (PEM; with --key; implies --tls)",
+    )
+    add("--key", metavar="FILE", type=Path, default=None, help="the key of --cert (PEM)")
     add(
         "--images",
         metavar="DIR",
@@ -337,7 +358,7 @@ async def load_command(args: argparse.Namespace) -> int:
             web = WebView(board, recorder, images, args.envoy_admin or None, args.envoy_cluster)
             await _serve(web, args, exits)
         clients = await exits.enter_async_context(
-            open_clients(args.target, args.channels, transport)
+            open_clients(args.target, args.channels, transport, client_tls(args))
         )
         await _wait_ready(clients[0], args, console, dashboard)
         if dashboard is not None:
@@ -368,7 +389,7 @@ async def classify_command(args: argparse.Namespace) -> int:
     failed = 0
     results: dict[str, object] = {}
     transport = TRANSPORTS[args.protocol]
-    async with open_clients(args.target, transport=transport) as clients:
+    async with open_clients(args.target, transport=transport, tls=client_tls(args)) as clients:
         await _wait_ready(clients[0], args, None)
         for path in args.classify:
             try:
@@ -396,6 +417,23 @@ async def classify_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(results))
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def client_tls(args: argparse.Namespace) -> ClientTls | None:
+    """What --tls, --ca, --cert and --key ask for; None: plaintext. A file that cannot be
+    read is a UserError naming the flag."""
+    if bool(args.cert) != bool(args.key):
+        raise UserError("--cert and --key go together (a client certificate and its key)")
+    if not (args.tls or args.ca or args.cert):
+        return None
+    for flag, path in (("--ca", args.ca), ("--cert", args.cert), ("--key", args.key)):
+        if path is not None and not os.access(path, os.R_OK):
+            raise UserError(f"{flag} {path}: cannot read it (make certs writes .run/certs/)")
+
+    def text(path: Path | None) -> str | None:
+        return None if path is None else str(path)
+
+    return ClientTls(text(args.ca), text(args.cert), text(args.key))
 
 
 async def amain(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 
 from tritonclient.utils import InferenceServerException
 
-from demo_client.transports import GRPC, Transport
+from demo_client.transports import GRPC, ClientTls, Transport
 
 logger = logging.getLogger(__name__)
 
@@ -38,11 +38,11 @@ def describe(exc: InferenceServerException) -> str:
 
 @asynccontextmanager
 async def open_clients(
-    target: str, channels: int = 1, transport: Transport = GRPC
+    target: str, channels: int = 1, transport: Transport = GRPC, tls: ClientTls | None = None
 ) -> AsyncIterator[list[Any]]:
     """``channels`` clients to ``target``, each with its own channel (gRPC) or connection pool
-    (HTTP); closed on exit."""
-    clients = [transport.open(target) for _ in range(channels)]
+    (HTTP), over TLS when ``tls`` is given; closed on exit."""
+    clients = [transport.open(target, tls) for _ in range(channels)]
     try:
         yield clients
     finally:

@@ -9,6 +9,7 @@ that interface, so a run over REST is the same run (tensors as the binary extens
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -48,11 +49,36 @@ async def _call(call: Awaitable[T], timeout_s: float | None) -> T:
         raise InferenceServerException(str(exc) or type(exc).__name__, "UNAVAILABLE") from None
 
 
+@dataclass(frozen=True)
+class ClientTls:
+    """TLS to the endpoint: trusting ``ca`` (a PEM file; None: the system's CAs), and for
+    mutual TLS presenting ``cert`` and ``key``."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+    def grpc_options(self) -> dict[str, Any]:
+        """tritonclient.grpc's keyword arguments (it reads the files)."""
+        return {"ssl": True, "root_certificates": self.ca, "private_key": self.key,
+                "certificate_chain": self.cert}  # fmt: skip
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """For tritonclient.http.aio (aiohttp): verifies the server's certificate and name."""
+        context = ssl.create_default_context(cafile=self.ca)
+        if self.cert:
+            context.load_cert_chain(self.cert, self.key)
+        return context
+
+
 class HttpClient:
     """tritonclient's HTTP asyncio client behind the gRPC asyncio client's interface."""
 
-    def __init__(self, target: str) -> None:
-        self.client = http_client.InferenceServerClient(target, conn_limit=HTTP_CONNECTIONS)
+    def __init__(self, target: str, tls: ClientTls | None = None) -> None:
+        secure = {} if tls is None else {"ssl": True, "ssl_context": tls.ssl_context()}
+        self.client = http_client.InferenceServerClient(
+            target, conn_limit=HTTP_CONNECTIONS, **secure
+        )
 
     async def infer(
         self,
@@ -90,10 +116,14 @@ class Transport:
     infer_input: type[Any]
     requested_output: type[Any]
 
-    def open(self, target: str) -> Any:
+    def open(self, target: str, tls: ClientTls | None = None) -> Any:
+        """A client of ``target``; over TLS when ``tls`` is given."""
         if self.name == "http":
-            return HttpClient(target)
-        return grpc_client.InferenceServerClient(url=target, channel_args=list(CHANNEL_ARGS))
+            return HttpClient(target, tls)
+        secure = {} if tls is None else tls.grpc_options()
+        return grpc_client.InferenceServerClient(
+            url=target, channel_args=list(CHANNEL_ARGS), **secure
+        )
 
 
 GRPC = Transport("grpc", grpc_client.InferInput, grpc_client.InferRequestedOutput)

@@ -258,3 +258,17 @@ async def test_a_taken_web_port_is_a_clear_error(good_images: Path, tmp_path: Pa
     assert r.rc == 1
     assert f"cannot serve the web view on 127.0.0.1:{port}" in r.err
     assert "Traceback" not in r.err
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--ca", "nope.crt"], "--ca nope.crt: cannot read it"),
+        (["--cert", "client.crt"], "--cert and --key go together"),
+        (["--tls", "--cert", "c.crt", "--key", "c.key"], "--cert c.crt: cannot read it"),
+    ],
+)
+async def test_unreadable_tls_files_are_named(flags: list[str], words: str, tmp_path: Path) -> None:
+    r = await cli("--classify", "cat.jpg", *flags, cwd=tmp_path)
+    assert r.rc == 1 and words in r.err, r.err
+    assert "Traceback" not in r.err

@@ -8,7 +8,10 @@ directory; every check is a real client against the real processes.
 
 from __future__ import annotations
 
+import json
 import ssl
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -178,3 +181,24 @@ async def test_middlemans_rest_port_refuses_a_client_without_a_certificate(
                 await response.read()
         async with session.get(url, ssl=with_cert) as response:
             assert response.status == 200
+
+
+def demo_client(*args: str, wait_s: float = 30) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "demo_client", "--json", "--wait", str(wait_s), *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_the_demo_client_classifies_over_tls_with_ca(
+    tls_stack: StackConfig, ca: str, other_ca: str, protocol: str, tmp_path: Path
+) -> None:
+    cat = tmp_path / "cat.jpg"
+    cat.write_bytes(media.cat_jpeg())
+    common = ("--target", public(tls_stack), "--protocol", protocol, "--classify", str(cat))
+    done = demo_client(*common, "--ca", ca)
+    assert done.returncode == 0, done.stderr
+    [top, *_] = json.loads(done.stdout)[str(cat)]
+    assert top["index"] in media.CAT_CLASSES
+    for refused in ((), ("--ca", other_ca)):  # plaintext; a CA that did not sign it
+        done = demo_client(*common, *refused, wait_s=1)  # never ready: no use waiting
+        assert done.returncode != 0 and "UNAVAILABLE" in done.stderr, done.stderr
