@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
@@ -69,6 +69,9 @@ class EnvoyParams:
     # TLS on the public (first) listener: certificate chain and key files ("": plaintext).
     public_tls_cert: str = ""
     public_tls_key: str = ""
+    # Where Envoy finds an SDS file naming that certificate and key (written by --sds-output):
+    # the certificate is then read again whenever its directory changes ("": read once).
+    public_tls_sds_file: str = ""
     # mTLS to the replicas of these hops (comma-separated cluster names; their REST twins too):
     # Envoy's client certificate and key, and the CA the replicas' certificates are signed by.
     upstream_tls_clusters: str = ""
@@ -96,6 +99,8 @@ class EnvoyParams:
             raise ValueError(f"cluster names must differ: {clusters}")
         if bool(self.public_tls_cert) != bool(self.public_tls_key):
             raise ValueError("public TLS needs both public_tls_cert and public_tls_key")
+        if self.public_tls_sds_file and not self.public_tls_cert:
+            raise ValueError("public_tls_sds_file needs public_tls_cert and public_tls_key")
         unknown = set(self.tls_clusters) - set(names)
         if unknown:
             raise ValueError(f"upstream_tls_clusters: no listener has cluster {sorted(unknown)}")
@@ -146,6 +151,8 @@ class EnvoyParams:
             "retry_buffer_bytes": self.retry_buffer_bytes,
             "public_tls_cert": self.public_tls_cert,
             "public_tls_key": self.public_tls_key,
+            "public_tls_sds_file": self.public_tls_sds_file,
+            "public_tls_dir": str(PurePosixPath(self.public_tls_cert).parent),
             "upstream_tls_cert": self.upstream_tls_cert,
             "upstream_tls_key": self.upstream_tls_key,
             "upstream_tls_ca": self.upstream_tls_ca,
@@ -213,9 +220,8 @@ def render(params: EnvoyParams = LOCAL, template: Path | None = None) -> dict[st
                 rest_cluster["transport_socket"] = upstream_tls(shapes, values, name, "http/1.1")
             clusters.append(rest_cluster)
     if params.public_tls_cert:
-        listeners[0]["filter_chains"][0]["transport_socket"] = substitute(
-            shapes["public_tls"], values
-        )
+        shape = shapes["public_tls_sds" if params.public_tls_sds_file else "public_tls"]
+        listeners[0]["filter_chains"][0]["transport_socket"] = substitute(shape, values)
     if params.probe_port:
         listeners.append(substitute(shapes["probe_listener"], values))
         clusters.append(substitute(shapes["probe_cluster"], values))
@@ -223,6 +229,17 @@ def render(params: EnvoyParams = LOCAL, template: Path | None = None) -> dict[st
     static["listeners"] = listeners
     static["clusters"] = [*static.get("clusters", []), *clusters]
     return config
+
+
+def render_sds(params: EnvoyParams, template: Path | None = None) -> dict[str, Any]:
+    """The SDS file ``params.public_tls_sds_file`` names: the public certificate and key."""
+    if not params.public_tls_cert:
+        raise ValueError("an SDS file needs public_tls_cert and public_tls_key")
+    text = template_text() if template is None else template.read_text(encoding="utf-8")
+    resource: dict[str, Any] = substitute(
+        yaml.safe_load(text)["public_tls_sds_resource"], params.values()
+    )
+    return resource
 
 
 def upstream_tls(
@@ -326,6 +343,11 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[EnvoyParams, argparse
         )
     parser.add_argument("--template", type=Path, help=f"instead of the packaged {TEMPLATE_NAME}")
     parser.add_argument("--output", "-o", type=Path, help="write here instead of stdout")
+    parser.add_argument(
+        "--sds-output",
+        type=Path,
+        help="also write the SDS file --public-tls-sds-file names (the public certificate)",
+    )
     parser.add_argument("--validate", action="store_true", help="run envoy --mode validate on it")
     args = parser.parse_args(argv)
     changes: dict[str, Any] = {
@@ -353,6 +375,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.output.write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
+    if args.sds_output:
+        try:
+            sds = render_sds(params, args.template)
+        except ValueError as exc:
+            sys.stderr.write(f"--sds-output: {exc}\n")
+            return 2
+        args.sds_output.parent.mkdir(parents=True, exist_ok=True)
+        args.sds_output.write_text(dump(sds), encoding="utf-8")
     if args.validate:
         ok, output = validate(config)
         sys.stderr.write(output.splitlines()[-1] + "\n" if output else "")

@@ -125,6 +125,31 @@ def test_tls_serves_the_public_listener_and_mtls_reaches_the_named_hops(tmp_path
     assert "transport_socket" not in str(ec.render(ec.LOCAL))  # off unless given
 
 
+def test_the_public_certificate_may_come_from_a_watched_sds_file(tmp_path: Path) -> None:
+    made = certs.ensure(tmp_path / "certs")
+    sds = tmp_path / "public.sds.yaml"
+    result = subprocess.run(
+        [sys.executable, "-m", "inferline_envoy.config", "--kubernetes", "--validate",
+         "--public-tls-cert", str(made.cert(certs.PUBLIC)),
+         "--public-tls-key", str(made.key(certs.PUBLIC)),
+         "--public-tls-sds-file", str(sds), "--sds-output", str(sds)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    config = yaml.safe_load(result.stdout)
+    listener = by_name(config["static_resources"]["listeners"])["middleman"]
+    context = listener["filter_chains"][0]["transport_socket"]["typed_config"]
+    [secret] = context["common_tls_context"]["tls_certificate_sds_secret_configs"]
+    source = secret["sds_config"]["path_config_source"]
+    assert source == {"path": str(sds), "watched_directory": {"path": str(made.dir)}}
+    [resource] = yaml.safe_load(sds.read_text())["resources"]
+    assert resource["name"] == secret["name"]
+    assert resource["tls_certificate"]["certificate_chain"] == {
+        "filename": str(made.cert(certs.PUBLIC))
+    }
+    assert resource["tls_certificate"]["watched_directory"] == {"path": str(made.dir)}
+
+
 def test_kubernetes_differs_only_where_it_must() -> None:
     config = ec.render(ec.KUBERNETES)
     xds = by_name(config["static_resources"]["clusters"])["xds"]
@@ -177,6 +202,7 @@ def test_the_template_uses_every_parameter() -> None:
         ({"admin_port": 0}, "not a TCP port"),
         ({"public_tls_cert": "/a.crt"}, "both public_tls_cert and public_tls_key"),
         ({"upstream_tls_clusters": "middleman"}, "needs upstream_tls_cert"),
+        ({"public_tls_sds_file": "/etc/envoy/public.sds.yaml"}, "sds_file needs public_tls_cert"),
         ({"upstream_tls_clusters": "nope"}, r"no listener has cluster \['nope'\]"),
     ],
 )
