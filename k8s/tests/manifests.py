@@ -47,11 +47,12 @@ COMPONENT_NEEDS: dict[str, tuple[str, ...]] = {
     "autoscaling": ("monitoring",),
     "network-policies": (),
     "pod-disruption-budgets": (),
+    "tls": (),
 }
 # Every component, in an order that satisfies COMPONENT_NEEDS: the `everything` render.
 EVERYTHING = (
     "gpu", "gpu-sharing", "preflight", "monitoring", "dcgm-exporter", "nvidia-runtime-class",
-    "autoscaling", "network-policies", "pod-disruption-budgets", "monitoring-operator",
+    "autoscaling", "network-policies", "pod-disruption-budgets", "monitoring-operator", "tls",
 )  # fmt: skip
 TARGETS = (
     *(f"overlays/{name}" for name in OVERLAYS),

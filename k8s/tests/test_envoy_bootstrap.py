@@ -8,12 +8,14 @@ so a template change that is not re-rendered fails here.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 import yaml
 
 from inferline_envoy import config as envoy_config
+from inferline_stack import certs
 from k8s.tests.manifests import K8S, OVERLAYS, find, render
 
 COMMITTED = K8S / "base" / "envoy" / "envoy.yaml"
@@ -52,3 +54,64 @@ def test_the_bootstrap_dials_the_eds_service() -> None:
         "port_value": service["spec"]["ports"][0]["port"],
     }
     assert xds["type"] == "STRICT_DNS"
+
+
+# components/tls: the same bootstrap with the public listener's certificate from cert-manager's
+# Secret (mounted at /etc/envoy-tls) through a watched SDS file beside the bootstrap.
+TLS = K8S / "components" / "tls"
+TLS_PARAMS = dataclasses.replace(
+    envoy_config.KUBERNETES,
+    public_tls_cert="/etc/envoy-tls/tls.crt",
+    public_tls_key="/etc/envoy-tls/tls.key",
+    public_tls_sds_file="/etc/envoy/public.sds.yaml",
+)
+TLS_RENDER = (
+    "python -m inferline_envoy.config --kubernetes --public-tls-cert /etc/envoy-tls/tls.crt "
+    "--public-tls-key /etc/envoy-tls/tls.key --public-tls-sds-file /etc/envoy/public.sds.yaml "
+    "--sds-output k8s/components/tls/public.sds.yaml -o k8s/components/tls/envoy.yaml"
+)
+
+
+def test_the_tls_components_files_are_the_templates_render() -> None:
+    bootstrap = envoy_config.dump(envoy_config.render(TLS_PARAMS))
+    sds = envoy_config.dump(envoy_config.render_sds(TLS_PARAMS))
+    assert (TLS / "envoy.yaml").read_text(encoding="utf-8") == bootstrap, f"run `{TLS_RENDER}`"
+    assert (TLS / "public.sds.yaml").read_text(encoding="utf-8") == sds, f"run `{TLS_RENDER}`"
+
+
+def test_the_tls_component_mounts_the_certificate_where_the_bootstrap_reads_it() -> None:
+    objects = render("components/tls")
+    configmap = find(objects, "ConfigMap", "envoy-bootstrap")
+    assert configmap["data"] == {
+        "envoy.yaml": (TLS / "envoy.yaml").read_text(encoding="utf-8"),
+        "public.sds.yaml": (TLS / "public.sds.yaml").read_text(encoding="utf-8"),
+    }
+    pod = find(objects, "Deployment", "envoy")["spec"]["template"]["spec"]
+    [envoy] = pod["containers"]
+    mounts = {m["name"]: m["mountPath"] for m in envoy["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts["bootstrap"] == str(Path(TLS_PARAMS.public_tls_sds_file).parent)
+    assert mounts["public-tls"] == str(Path(TLS_PARAMS.public_tls_cert).parent)
+    certificate = find(objects, "Certificate", "envoy-public-tls")
+    assert volumes["public-tls"]["secret"]["secretName"] == certificate["spec"]["secretName"]
+    service = find(objects, "Service", "envoy")
+    namespace = service["metadata"]["namespace"]
+    assert f"envoy.{namespace}.svc.cluster.local" in certificate["spec"]["dnsNames"]
+
+
+def test_real_envoy_serves_the_tls_components_bootstrap(tmp_path: Path) -> None:
+    """The component's bootstrap, its paths moved under ``tmp_path`` (with certificates from
+    `make certs` where the Secret would be), passes ``envoy --mode validate``, which loads the
+    SDS file and the certificate it names."""
+    configmap = find(render("components/tls"), "ConfigMap", "envoy-bootstrap")
+    made = certs.ensure(tmp_path / "certs")
+    secret, config = tmp_path / "envoy-tls", tmp_path / "envoy"
+    secret.mkdir()
+    config.mkdir()
+    (secret / "tls.crt").write_bytes(made.cert(certs.PUBLIC).read_bytes())
+    (secret / "tls.key").write_bytes(made.key(certs.PUBLIC).read_bytes())
+    for name, text in configmap["data"].items():
+        moved = text.replace("/etc/envoy-tls", str(secret)).replace("/etc/envoy/", f"{config}/")
+        (config / name).write_text(moved, encoding="utf-8")
+    ok, output = envoy_config.validate(config / "envoy.yaml")
+    assert ok, output

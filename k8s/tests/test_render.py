@@ -3,8 +3,9 @@ validates against the Kubernetes 1.32 schema (kubernetes-validate, strict: an un
 error, as ``kubectl apply --validate=strict`` makes it).
 
 The Prometheus Operator's custom resources (components/monitoring-operator: PodMonitor,
-PrometheusRule) have no schema there: they are skipped by kubernetes-validate, and checked here
-for the fields the Operator needs instead. Every other kind must have a schema.
+PrometheusRule) and cert-manager's (components/tls: Certificate, Issuer) have no schema there:
+they are skipped by kubernetes-validate, and checked here for the fields their operator needs
+instead. Every other kind must have a schema.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from k8s.tests.manifests import (
 
 OPERATOR_GROUP = "monitoring.coreos.com/"
 OPERATOR_KINDS = {"PodMonitor", "PrometheusRule"}
+CERT_MANAGER_GROUP = "cert-manager.io/"
+CERT_MANAGER_KINDS = {"Certificate", "Issuer"}
 # Namespaces an object may name: the pipeline's, the DCGM exporter's, kube-system (the adapter's
 # reader of the API server's client CA, a RoleBinding) and the GPU Operator's (the time-slicing
 # configuration the device plugin reads).
@@ -60,6 +63,10 @@ def test_renders_and_validates_strictly(target: str) -> None:
             assert obj["kind"] in OPERATOR_KINDS, f"{where}: an unexpected custom resource"
             check_operator_resource(obj)
             continue
+        if obj["apiVersion"].startswith(CERT_MANAGER_GROUP):
+            assert obj["kind"] in CERT_MANAGER_KINDS, f"{where}: an unexpected custom resource"
+            check_cert_manager_resource(obj, objects)
+            continue
         try:
             kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
         except kubernetes_validate.ValidationError as exc:
@@ -86,6 +93,22 @@ def check_operator_resource(obj: dict[str, Any]) -> None:
     else:
         for group in spec["groups"]:
             assert group["name"] and group["rules"], where
+
+
+def check_cert_manager_resource(obj: dict[str, Any], objects: list[dict[str, Any]]) -> None:
+    """cert-manager v1: a Certificate names its Secret, DNS names and an Issuer rendered beside
+    it (or a ClusterIssuer); an Issuer says how it signs."""
+    where = f"{obj['kind']} {obj['metadata']['name']}"
+    assert obj["apiVersion"] == "cert-manager.io/v1", where
+    assert obj["metadata"].get("namespace") == NAMESPACE, where
+    spec = obj["spec"]
+    if obj["kind"] == "Issuer":
+        assert {"selfSigned", "ca", "acme", "vault"} & set(spec), where
+        return
+    assert spec["secretName"] and spec["dnsNames"], where
+    issuer = spec["issuerRef"]
+    if issuer.get("kind", "Issuer") == "Issuer":
+        find(objects, "Issuer", issuer["name"])
 
 
 @pytest.mark.parametrize("target", TARGETS)
