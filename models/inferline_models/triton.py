@@ -27,6 +27,7 @@ import sysconfig
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from inferline_models.binding import Binding
 from inferline_models.repository import MAX_QUEUE_DELAY_US, MODEL_NAME
@@ -87,6 +88,32 @@ def check_ports_free(address: str, ports: Ports) -> None:
                 raise OSError(f"{name} port {address}:{port} is not available: {e}") from e
 
 
+@dataclasses.dataclass(frozen=True)
+class GrpcTls:
+    """TLS on Triton's gRPC port (its HTTP and metrics ports stay plaintext): the server's
+    certificate and key, and with ``ca`` mutual TLS (clients need a certificate it signed)."""
+
+    cert: Path
+    key: Path
+    ca: Path | None = None
+
+    def __post_init__(self) -> None:
+        for flag, path in (("--tls-cert", self.cert), ("--tls-key", self.key),
+                           ("--tls-ca", self.ca)):  # fmt: skip
+            if path is not None and not path.is_file():
+                raise ValueError(f"{flag} {path}: no such file")
+
+    def triton_config(self) -> dict[str, Any]:
+        """TritonConfig's fields (tritonserver's --grpc-use-ssl and friends)."""
+        return {
+            "grpc_use_ssl": True,
+            "grpc_server_cert": str(self.cert),
+            "grpc_server_key": str(self.key),
+            "grpc_root_cert": None if self.ca is None else str(self.ca),
+            "grpc_use_ssl_mutual": self.ca is not None,
+        }
+
+
 class LocalTriton:
     """The Triton server binary shipped by PyTriton, serving `bindings`; a context manager."""
 
@@ -97,6 +124,7 @@ class LocalTriton:
         address: str = "0.0.0.0",
         access_token: str | None = None,
         workspace: Path | None = None,
+        tls: GrpcTls | None = None,
     ) -> None:
         from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
@@ -119,6 +147,7 @@ class LocalTriton:
                 # "too_many_pings", and the next call on that channel fails UNAVAILABLE.
                 grpc_keepalive_permit_without_calls=True,
                 grpc_http2_min_recv_ping_interval_without_data=5000,
+                **(tls.triton_config() if tls else {}),
             ),
             security_config=TritonSecurityConfig(access_token=access_token or None),
             # PyTriton's sockets and model store: where the caller can find (and free) them
@@ -224,8 +253,16 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="turn Triton's dynamic batcher off (the batcher service batches instead)",
     )
+    tls = parser.add_argument_group("TLS on the gRPC port (HTTP and metrics stay plaintext)")
+    tls.add_argument("--tls-cert", type=Path, default=None, help="server certificate (PEM)")
+    tls.add_argument("--tls-key", type=Path, default=None, help="its key (PEM)")
+    tls.add_argument(
+        "--tls-ca", type=Path, default=None, help="mutual TLS: clients' CA (PEM), required"
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
+    if bool(args.tls_cert) != bool(args.tls_key) or (args.tls_ca and not args.tls_cert):
+        parser.error("--tls-cert and --tls-key go together; --tls-ca needs them")
     # append adds to a list default instead of replacing it: default after parsing.
     args.models = list(dict.fromkeys(args.models or [MODEL_NAME]))
     return args
@@ -303,8 +340,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         bindings = _bindings(args)
         ports = Ports(grpc=args.grpc_port, http=args.http_port, metrics=args.metrics_port)
         token = os.environ.get(ACCESS_TOKEN_ENV)
+        tls = GrpcTls(args.tls_cert, args.tls_key, args.tls_ca) if args.tls_cert else None
         with LocalTriton(
-            bindings, ports, address=args.address, access_token=token, workspace=args.workspace
+            bindings,
+            ports,
+            address=args.address,
+            access_token=token,
+            workspace=args.workspace,
+            tls=tls,
         ) as triton:
             triton.start()
             starting = False

@@ -96,10 +96,11 @@ class StackConfig:
     prometheus_port: int = 9090
     prometheus_config: str = "grafana/prometheus/prometheus.yml"
     scrape_interval_s: float = 5.0
-    # TLS: Envoy's public listener serves TLS, and Envoy reaches middleman, preprocess and the
-    # batcher over mTLS (their own ports require its client certificate). The certificates are
-    # certs_dir's ("": run_dir/certs), made by `make certs` (inferline_stack.certs) when missing.
-    # Triton's hop, and the services' calls to Envoy's loopback listeners, stay plaintext.
+    # TLS: Envoy's public listener serves TLS, and Envoy reaches middleman, preprocess, the
+    # batcher and Triton over mTLS (their own ports require its client certificate). The
+    # certificates are certs_dir's ("": run_dir/certs), made by `make certs`
+    # (inferline_stack.certs) when missing. The services' calls to Envoy's loopback listeners
+    # stay plaintext.
     tls: bool = False
     certs_dir: str = ""
     start_timeout_s: float = 180.0
@@ -125,6 +126,13 @@ class StackConfig:
             PREFIX,
             "proxyless",
             "proxyless gRPC is how the batcher reaches Triton: it needs batcher=true",
+        )
+        require(
+            not (self.tls and self.proxyless),
+            PREFIX,
+            "tls",
+            "mTLS to Triton goes through Envoy; proxyless gRPC (the batcher dialling Triton "
+            "itself) has no client certificate: set one of them false",
         )
         require(self.envoy_workers >= 0, PREFIX, "envoy_workers", "must be >= 0 (0: automatic)")
         require(self.scrape_interval_s > 0, PREFIX, "scrape_interval_s", "must be positive")

@@ -97,8 +97,10 @@ def endpoints_path(config: StackConfig) -> Path:
     return run_path(config, "endpoints.yaml")
 
 
-# The hops Envoy reaches over mTLS when the stack's TLS is on (Triton's stays plaintext).
-MTLS_SERVICES = (MIDDLEMAN, PREPROCESS, BATCHER)
+# The hops Envoy reaches over mTLS when the stack's TLS is on: every service's own port (gRPC;
+# middleman's REST too). Triton's HTTP and metrics ports stay plaintext: only the stack's
+# readiness checks and Prometheus use them, on loopback.
+MTLS_SERVICES = (MIDDLEMAN, PREPROCESS, BATCHER, TRITON)
 
 
 def stack_certs(config: StackConfig) -> certs.Certs:
@@ -126,6 +128,15 @@ def tls_env(config: StackConfig, service: str) -> dict[str, str]:
             f"{prefix}_TLS_CA": str(made.ca)}  # fmt: skip
 
 
+def triton_tls_args(config: StackConfig) -> list[str]:
+    """Triton's flags for mTLS on its gRPC port (inferline_models.triton)."""
+    if not config.tls:
+        return []
+    made = stack_certs(config)
+    return [f"--tls-cert={made.cert(TRITON)}", f"--tls-key={made.key(TRITON)}",
+            f"--tls-ca={made.ca}"]  # fmt: skip
+
+
 def replica(config: StackConfig, service: str, index: int) -> Service:
     """Replica ``index`` of ``service``: its own ports (base + step · index), the others
     reached through Envoy."""
@@ -133,6 +144,7 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
     address = f"{HOST}:{ports[0]}"
     name = replica_name(service, index)
     models = config.served_models()
+    tls = envoy_client_tls(config) if config.tls else None
     if service == TRITON:
         grpc_port, http_port, metrics_port = ports
         return Service(
@@ -146,13 +158,15 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
                 f"--http-port={http_port}",
                 f"--metrics-port={metrics_port}",
                 f"--workspace={leftovers.workspace(config.run_dir, name).resolve()}",
+                *triton_tls_args(config),
                 *shlex.split(config.triton_args),
             ),
             address=address,
-            check=lambda: health.ready(address, *models),
+            check=lambda: health.ready(address, *models, tls=tls),
             metrics=f"http://{HOST}:{metrics_port}/metrics",
             cluster=TRITON,
             port=grpc_port,
+            tls=tls,
         )
     port, metrics_port, *rest_port = ports  # middleman: and its REST port
     prefix = f"INFERLINE_{service.upper()}"
@@ -161,7 +175,6 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
     checked = {BATCHER: models, PREPROCESS: ["preprocess"], MIDDLEMAN: ["classifier"]}[service]
     env.update(capacity_env(service))
     env.update(tls_env(config, service))
-    tls = envoy_client_tls(config) if config.tls else None
     if service == BATCHER:
         env.update(batcher_upstream(config))
     elif service == MIDDLEMAN:

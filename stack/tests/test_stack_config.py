@@ -44,6 +44,8 @@ def test_bad_settings_fail_by_name() -> None:
         StackConfig(batcher_port=8091)
     with pytest.raises(ConfigError, match="INFERLINE_STACK_PROXYLESS"):
         StackConfig(batcher=False, proxyless=True)
+    with pytest.raises(ConfigError, match="INFERLINE_STACK_TLS: mTLS to Triton goes through"):
+        StackConfig(tls=True, proxyless=True)
     with pytest.raises(ConfigError, match="INFERLINE_STACK_TRITON_ARGS"):
         StackConfig(triton_args="--simulated-t0-ms '40")
     with pytest.raises(ConfigError, match="INFERLINE_STACK_DECODE"):
@@ -54,6 +56,27 @@ def test_the_configuration_travels_as_environment_variables() -> None:
     config = StackConfig(run_dir="/tmp/x", public_port=18080, batcher=False, decode="inprocess")
     assert load(StackConfig, PREFIX, environ=config.environ()) == config
     assert config.environ()["INFERLINE_STACK_BATCHER"] == "false"
+
+
+def test_tls_gives_every_service_its_certificate_and_envoy_the_clients(tmp_path: Path) -> None:
+    config = StackConfig(run_dir=str(tmp_path), tls=True)
+    made = tmp_path.resolve() / "certs"
+    for service in ("middleman", "preprocess", "batcher"):
+        prefix = f"INFERLINE_{service.upper()}"
+        assert {k: v for k, v in env(config, service).items() if "_TLS_" in k} == {
+            f"{prefix}_TLS_CERT": str(made / f"{service}.crt"),
+            f"{prefix}_TLS_KEY": str(made / f"{service}.key"),
+            f"{prefix}_TLS_CA": str(made / "ca.crt"),
+        }
+    triton = services.replica(config, "triton", 0)
+    assert f"--tls-ca={made / 'ca.crt'}" in triton.argv
+    assert triton.tls is not None and triton.tls.cert == str(made / "envoy-client.crt")
+    params = services.envoy_params(config)
+    assert params.public_tls_cert == str(made / "public.crt")
+    assert params.tls_clusters == ("middleman", "preprocess", "batcher", "triton")
+    plain = StackConfig(run_dir=str(tmp_path))
+    assert not services.envoy_params(plain).tls_clusters
+    assert not any("_TLS_" in k for k in env(plain, "middleman"))
 
 
 def env(config: StackConfig, service: str) -> dict[str, str]:

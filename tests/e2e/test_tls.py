@@ -1,6 +1,6 @@
 """The stack with TLS on (INFERLINE_STACK_TLS=true): Envoy's public listener serves only TLS
-(gRPC and REST over one port, by ALPN), and Envoy reaches middleman and preprocess over mTLS,
-their own ports refusing any client without a certificate the stack's CA signed.
+(gRPC and REST over one port, by ALPN), and Envoy reaches every service over mTLS, their own
+ports refusing any client without a certificate the stack's CA signed.
 
 One more stack of its own, on free ports, with certificates `make certs` makes into its run
 directory; every check is a real client against the real processes.
@@ -142,11 +142,11 @@ def check_health(address: str, credentials: grpc.ChannelCredentials) -> Any:
         )
 
 
-@pytest.mark.parametrize("service", ["middleman", "preprocess"])
+@pytest.mark.parametrize("port", ["middleman_port", "preprocess_port", "triton_grpc_port"])
 def test_a_service_port_refuses_a_client_without_a_certificate(
-    tls_stack: StackConfig, ca: str, service: str
+    tls_stack: StackConfig, ca: str, port: str
 ) -> None:
-    address = f"127.0.0.1:{getattr(tls_stack, f'{service}_port')}"
+    address = f"127.0.0.1:{getattr(tls_stack, port)}"
     # Trusting the right CA is not enough: the service asks for a client certificate.
     anonymous = grpc.ssl_channel_credentials(Path(ca).read_bytes())
     with pytest.raises(grpc.RpcError) as refused:
