@@ -56,10 +56,12 @@ class Service:
     # More (cluster, port) it is an endpoint of: middleman's REST port
     also: tuple[tuple[str, int], ...] = ()
     tls: health.ClientTls | None = None  # how its own port is reached (mTLS), None: plaintext
+    certs: str = ""  # a digest of the certificates it serves and trusts (TLS on)
 
     def fingerprint(self) -> str:
         """Changes whenever what it would be started with changes (``up`` restarts it then)."""
-        text = json.dumps([self.argv, sorted(self.env.items()), self.inputs])
+        parts = [self.argv, sorted(self.env.items()), self.inputs]
+        text = json.dumps([*parts, self.certs] if self.certs else parts)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def endpoint(self) -> Endpoint:
@@ -128,6 +130,18 @@ def tls_env(config: StackConfig, service: str) -> dict[str, str]:
             f"{prefix}_TLS_CA": str(made.ca)}  # fmt: skip
 
 
+def certs_digest(config: StackConfig, *names: str) -> str:
+    """A digest of the CA and the named certificates (as they are now; "" without TLS): part
+    of a process's fingerprint, so `up` restarts what runs with certificates since remade."""
+    if not config.tls:
+        return ""
+    made = stack_certs(config)
+    digest = hashlib.sha256()
+    for path in (made.ca, *(made.cert(name) for name in names)):
+        digest.update(path.read_bytes() if path.is_file() else b"missing")
+    return digest.hexdigest()[:16]
+
+
 def triton_tls_args(config: StackConfig) -> list[str]:
     """Triton's flags for mTLS on its gRPC port (inferline_models.triton)."""
     if not config.tls:
@@ -166,6 +180,7 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
             metrics=f"http://{HOST}:{metrics_port}/metrics",
             cluster=TRITON,
             port=grpc_port,
+            certs=certs_digest(config, TRITON),
             tls=tls,
         )
     port, metrics_port, *rest_port = ports  # middleman: and its REST port
@@ -200,6 +215,7 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
         cluster=service,
         port=port,
         also=((MIDDLEMAN_REST, rest_port[0]),) if rest_port else (),
+        certs=certs_digest(config, service),
         tls=tls,
     )
 
@@ -307,4 +323,5 @@ def envoy(config: StackConfig) -> Service:
         check=lambda: health.envoy_ready(admin),
         metrics=f"{admin}/stats/prometheus",
         inputs=envoy_config.dump(envoy_config.render(envoy_params(config))),
+        certs=certs_digest(config, certs.PUBLIC, certs.CLIENT),
     )

@@ -8,7 +8,7 @@ import pytest
 
 from inferline import catalog
 from inferline.config import ConfigError, load
-from inferline_stack import services
+from inferline_stack import certs, services
 from inferline_stack.config import PORT_FIELDS, PREFIX, StackConfig
 from inferline_testing.ports import bindable, config_on_free_ports
 
@@ -76,7 +76,24 @@ def test_tls_gives_every_service_its_certificate_and_envoy_the_clients(tmp_path:
     assert params.tls_clusters == ("middleman", "preprocess", "batcher", "triton")
     plain = StackConfig(run_dir=str(tmp_path))
     assert not services.envoy_params(plain).tls_clusters
+    assert not services.replica(plain, "middleman", 0).certs
     assert not any("_TLS_" in k for k in env(plain, "middleman"))
+
+
+def test_remade_certificates_restart_what_serves_them(tmp_path: Path) -> None:
+    config = StackConfig(run_dir=str(tmp_path), tls=True)
+    certs.ensure(config.certs_path)
+    before = {s.name: s.fingerprint() for s in stack_services(config)}
+    for path in config.certs_path.iterdir():
+        path.unlink()
+    certs.ensure(config.certs_path)  # a new CA: every certificate differs
+    after = {s.name: s.fingerprint() for s in stack_services(config)}
+    assert all(before[name] != after[name] for name in before), (before, after)
+
+
+def stack_services(config: StackConfig) -> list[services.Service]:
+    replicas = [services.replica(config, s, 0) for s in ("middleman", "preprocess", "triton")]
+    return [*replicas, services.envoy(config)]
 
 
 def env(config: StackConfig, service: str) -> dict[str, str]:
