@@ -19,8 +19,8 @@ from inferline_testing import media
 
 GEOMETRY, LIMITS = Geometry(), Limits()
 
-# Photos as current cameras write them (media.camera_jpeg): a 50 MP phone or full-frame camera.
-CAMERAS = {"50mp": (8160, 6120)}
+# Photos as current cameras write them (media.camera_jpeg): a 50 MP and a 200 MP phone (~25 MiB).
+CAMERAS = {"50mp": (8160, 6120), "200mp": (16320, 12240)}
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,8 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image, UnidentifiedImageError
 
+from inferline import capacity
+
 # We enforce our own pixel limit (Limits.max_pixels) from the header before decoding; Pillow's
 # global bomb check would otherwise refuse to even report a large header's size.
 Image.MAX_IMAGE_PIXELS = None
@@ -49,7 +51,7 @@ class Limits:
     65000x65000 (66 MP even at 1/8) is refused.
     """
 
-    max_bytes: int = 16 * 1024 * 1024
+    max_bytes: int = capacity.MAX_IMAGE_BYTES
     max_pixels: int = 40_000_000
 
 

@@ -145,7 +145,7 @@ def test_bad_images_never_fail_their_batch_mates(
 
 
 # Photos as current cameras write them (media.camera_jpeg), over the budget at full size.
-CAMERAS = {"50mp": (8160, 6120)}
+CAMERAS = {"50mp": (8160, 6120), "200mp": (16320, 12240)}
 
 
 @pytest.mark.parametrize("backend_name", ["dali_cpu", "opencv"])
