@@ -28,6 +28,12 @@ BAD_IMAGES: dict[str, tuple[Callable[[], bytes], str, str]] = {
     "truncated_jpeg": (media.truncated_jpeg, INVALID, "truncated JPEG"),
     "huge_header_jpeg": (media.huge_header_jpeg, INVALID, "65000x65000"),
     "png_bomb": (media.png_bomb, INVALID, "max_pixels"),
+    "huge_header_webp": (media.huge_header_webp, INVALID, "16384x16384"),
+    "huge_progressive_jpeg": (
+        lambda: media.huge_header_jpeg(16320, 12240, progressive=True),
+        INVALID,
+        "progressive JPEG header claims 16320x12240",
+    ),
     "over_image_limit": (
         lambda: b"\xff\xd8" + bytes(capacity.MAX_IMAGE_BYTES),
         INVALID,
