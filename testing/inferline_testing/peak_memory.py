@@ -12,7 +12,7 @@ counts native memory (libjpeg's, OpenCV's), which tracemalloc does not see. Linu
 from __future__ import annotations
 
 import json
-import re
+import os
 import sys
 from pathlib import Path
 
@@ -21,24 +21,17 @@ import numpy as np
 from PIL import Image
 
 from inferline.imaging.decode import DecodeError, Geometry, Limits, decode_image
-
-
-def _status_bytes(field: str) -> int:
-    status = Path("/proc/self/status").read_text()
-    match = re.search(rf"^{field}:\s+(\d+) kB$", status, re.MULTILINE)
-    if match is None:
-        raise RuntimeError(f"/proc/self/status has no {field}")
-    return int(match[1]) * 1024
+from inferline_testing.procfs import process_usage
 
 
 def measure(data: bytes, geometry: Geometry, limits: Limits) -> dict[str, object]:
     Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) back to the current RSS
-    before = _status_bytes("VmRSS")
+    before = process_usage(os.getpid()).rss_bytes
     try:
         result = str(decode_image(data, geometry, limits).shape)
     except DecodeError as exc:
         result = exc.kind
-    return {"result": result, "peak_bytes": _status_bytes("VmHWM") - before}
+    return {"result": result, "peak_bytes": process_usage(os.getpid()).peak_rss_bytes - before}
 
 
 def main(files: list[str]) -> None:
