@@ -128,16 +128,16 @@ def check_pixels(header: Header, scale: int, limits: Limits) -> None:
     if decoded <= limits.max_pixels:
         return
     claim = f"{header.width}x{header.height}"
+    special = header.format == "JPEG" and header.coding not in ("", "sequential")
     if decoded < header.pixels:
         what = f"{claim} pixels, {width}x{height} = {decoded} decoded at 1/{scale} scale"
-    elif header.format == "JPEG" and scale > 1:  # could have been scaled but for its coding
+    elif special and scale > 1:  # could have been scaled but for its coding
         what = (
             f"{claim} = {decoded} pixels, all of them held while decoding: a {header.coding} "
             "JPEG keeps every DCT coefficient of the full image until its last scan"
         )
     else:
         what = f"{claim} = {decoded} pixels"
-    special = header.format == "JPEG" and header.coding not in ("", "sequential")
     label = f"{header.coding} JPEG" if special else header.format
     raise DecodeError(
         "too_many_pixels",
