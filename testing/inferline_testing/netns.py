@@ -154,6 +154,12 @@ class Namespace:
         out = _run(["ip", "netns", "pids", self.name], check=False).stdout
         return [int(p) for p in out.split()]
 
+    def gone(self) -> bool:
+        """Neither the namespace nor the root end of its veth exists (any more)."""
+        listed = _run(["ip", "netns", "list"]).stdout.split()
+        link = _run(["ip", "link", "show", "dev", self.host_dev], check=False)
+        return self.name not in listed and link.returncode != 0
+
     def delete(self) -> None:
         """Kill whatever still runs inside, delete the namespace and the veth pair."""
         if not self.created:

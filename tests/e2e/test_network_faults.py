@@ -16,6 +16,9 @@ endpoints file and feeds Envoy over ADS. A closed-loop load (every request with 
   keeps serving its last good endpoints (no failure, its view unchanged), and converges once
   the control plane is reachable again (printed: how long after).
 
+A first, quick test checks the namespace helper itself (a black hole hangs a connection
+without reset, healing undoes it, the relay delays, teardown leaves nothing).
+
 Figures are printed (``-s``), not asserted; assertions are on failures and on convergence
 within generous bounds. Needs root and iproute2 (skips without them; CI requires them).
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -245,6 +249,64 @@ def latencies(outcomes: list[Outcome]) -> str:
 
 
 # -- the tests --------------------------------------------------------------------------------
+
+
+ECHO = """
+import socket, sys
+server = socket.create_server(("0.0.0.0", int(sys.argv[1])))
+while True:
+    conn, _ = server.accept()
+    conn.sendall(conn.recv(99))
+    conn.close()
+"""
+
+
+async def echo(address: str, port: int, timeout_s: float = 1.0) -> bytes:
+    reader, writer = await asyncio.wait_for(asyncio.open_connection(address, port), timeout_s)
+    try:
+        writer.write(b"ping")
+        return await asyncio.wait_for(reader.read(99), timeout_s)
+    finally:
+        writer.close()
+
+
+async def test_namespace_faults_and_teardown(tmp_path: Path) -> None:
+    """The helper itself: a process in a namespace is reached at its address; a black hole
+    makes a connection hang (no reset, no ICMP), healing undoes it, the relay adds its delay,
+    and deleting the namespace leaves neither it, its veth nor its process."""
+    port = free_port()
+    with netns.namespace("helper") as ns:
+        server = Process("echo", ns.argv(python_c(ECHO, str(port))), tmp_path / "echo.log", {})
+        await server.start()
+        await wait_for(lambda: replies(ns.address, port), WAIT_S, "echo", abort=server.exited)
+        ns.black_hole()
+        with pytest.raises(TimeoutError):  # hangs: neither refused nor unreachable
+            await echo(ns.address, port)
+        ns.heal()
+        assert await echo(ns.address, port) == b"ping"
+        relay = netns.DelayRelay(ns.address, port)
+        await relay.start()
+        try:
+            relay.delay_ms = DELAY_MS
+            started = time.monotonic()
+            assert await echo("127.0.0.1", relay.port) == b"ping"
+            assert time.monotonic() - started >= DELAY_MS / 1000.0
+        finally:
+            await relay.close()
+        assert ns.pids()
+    assert await asyncio.to_thread(ns.gone)
+    assert await server.proc.wait() is not None  # type: ignore[union-attr]  # killed with it
+
+
+async def replies(address: str, port: int) -> bool:
+    try:
+        return await echo(address, port) == b"ping"
+    except (OSError, TimeoutError):
+        return False
+
+
+def python_c(code: str, *args: str) -> list[str]:
+    return [sys.executable, "-c", code, *args]
 
 
 async def test_black_holed_replica_costs_no_request(tmp_path: Path) -> None:
