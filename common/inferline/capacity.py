@@ -27,6 +27,9 @@ MiB = 1024 * 1024
 MAX_MESSAGE_BYTES = 64 * MiB
 FRAMING_BYTES = 64 * 1024  # room for one hop's own fields around the same payload
 INNER_MESSAGE_BYTES = MAX_MESSAGE_BYTES + FRAMING_BYTES
+# One encoded image. 200 MP phone JPEGs are 20-55 MB (Galaxy S23 Ultra 21-37 MB, Xiaomi 12T Pro
+# ~55 MB), full-frame cameras' finest JPEGs 20-40 MB: 60 MiB takes them all, one to a request.
+MAX_IMAGE_BYTES = 60 * MiB
 
 ADMITTED_REQUESTS = 256
 ADMITTED_BYTES = 256 * MiB

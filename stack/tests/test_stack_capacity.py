@@ -30,6 +30,12 @@ def test_inner_hops_accept_what_the_public_limit_lets_in_plus_their_framing() ->
     assert envoy_config.EnvoyParams().retry_buffer_bytes >= inner
 
 
+def test_an_image_middleman_admits_fits_a_message_and_preprocess_takes_it() -> None:
+    middleman = MiddlemanConfig()
+    assert middleman.max_image_bytes == capacity.MAX_IMAGE_BYTES < middleman.max_message_bytes
+    assert PreprocessConfig().max_image_bytes >= middleman.max_image_bytes
+
+
 def test_the_stacks_batcher_and_preprocess_hold_what_every_middleman_admits() -> None:
     middleman = started_with(MIDDLEMAN, MiddlemanConfig, "INFERLINE_MIDDLEMAN")
     admitted = middleman.max_inflight * MAX_REPLICAS  # `make scale` may start that many

@@ -166,25 +166,36 @@ class Probe(Process):
 
 
 class EdsProcess(Process):
-    """The control plane with the file source."""
+    """The control plane with the file source.
+
+    ``host``: where it listens and is reached; ``prefix``: what its command line runs under
+    (``ip netns exec NAME``, for a control plane in a network namespace of its own).
+    """
 
     def __init__(
-        self, run_dir: Path, endpoints: Path, services: Sequence[str], poll_interval_s: float = 0.1
+        self,
+        run_dir: Path,
+        endpoints: Path,
+        services: Sequence[str],
+        poll_interval_s: float = 0.1,
+        host: str = "127.0.0.1",
+        prefix: Sequence[str] = (),
     ) -> None:
+        self.host = host
         self.port, self.metrics_port = free_port(), free_port()
         env = {
-            "INFERLINE_EDS_HOST": "127.0.0.1",
+            "INFERLINE_EDS_HOST": host,
             "INFERLINE_EDS_PORT": str(self.port),
             "INFERLINE_EDS_METRICS_PORT": str(self.metrics_port),
             "INFERLINE_EDS_ENDPOINTS_FILE": str(endpoints),
             "INFERLINE_EDS_SERVICES": ",".join(services),
             "INFERLINE_EDS_POLL_INTERVAL_S": str(poll_interval_s),
         }
-        super().__init__("eds", python("eds"), run_dir / "logs" / "eds.log", env)
+        super().__init__("eds", [*prefix, *python("eds")], run_dir / "logs" / "eds.log", env)
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     async def start_ready(self) -> None:
         await self.start()

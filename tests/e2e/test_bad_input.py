@@ -14,6 +14,7 @@ import tritonclient.grpc as triton
 import tritonclient.grpc.aio as triton_aio
 from tritonclient.utils import InferenceServerException
 
+from inferline import capacity
 from inferline_testing import media
 
 pytestmark = pytest.mark.e2e
@@ -27,7 +28,17 @@ BAD_IMAGES: dict[str, tuple[Callable[[], bytes], str, str]] = {
     "truncated_jpeg": (media.truncated_jpeg, INVALID, "truncated JPEG"),
     "huge_header_jpeg": (media.huge_header_jpeg, INVALID, "65000x65000"),
     "png_bomb": (media.png_bomb, INVALID, "max_pixels"),
-    "over_image_limit": (lambda: b"\xff\xd8" + b"\x00" * (17 * 1024 * 1024), INVALID, "max_bytes"),
+    "huge_header_webp": (media.huge_header_webp, INVALID, "16384x16384"),
+    "huge_progressive_jpeg": (
+        lambda: media.huge_header_jpeg(16320, 12240, progressive=True),
+        INVALID,
+        "progressive JPEG header claims 16320x12240",
+    ),
+    "over_image_limit": (
+        lambda: b"\xff\xd8" + bytes(capacity.MAX_IMAGE_BYTES),
+        INVALID,
+        "max_bytes",
+    ),
 }
 
 

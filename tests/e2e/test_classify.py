@@ -52,6 +52,16 @@ def test_probabilities_are_a_distribution_per_image(public_url: str) -> None:
     assert int(probs[1].argmax()) not in media.CAT_CLASSES
 
 
+@pytest.mark.parametrize(("width", "height"), [(8160, 6120), (16320, 12240)], ids=["50mp", "200mp"])
+def test_camera_photos_of_50_and_200_mp_classify_normally(
+    public_url: str, width: int, height: int
+) -> None:
+    """A phone's 50 or 200 MP JPEG (5-25 MiB; the cat upscaled, with sensor grain): within the
+    limits, decoded at 1/8 wherever it is decoded, and still a cat."""
+    top3 = classify(public_url, [media.camera_jpeg(width, height)])
+    assert top_indices(top3[0])[0] in media.CAT_CLASSES, top3  # Egyptian cat, 0.41
+
+
 @pytest.mark.parametrize("name", sorted(media.UNUSUAL))
 def test_unusual_images_classify_normally(public_url: str, name: str) -> None:
     top3 = classify(public_url, [media.UNUSUAL[name]()])

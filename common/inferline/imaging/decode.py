@@ -3,6 +3,12 @@
 Every image becomes ``uint8 [3, crop, crop]`` RGB: the shorter side scaled to ``resize``, then a
 centre crop. Limits are enforced from the header *before* any pixel is decoded, so a
 decompression bomb costs a few hundred bytes of parsing, not gigabytes of memory.
+
+The pixel limit is a budget on what is *decoded*, counted the way the decoder decodes: a
+sequential JPEG (every camera's) decodes at 1/2, 1/4 or 1/8 scale in the DCT domain, one row of
+blocks at a time, so a 200-megapixel photo costs its 3-megapixel reduction; a progressive or
+multi-scan JPEG holds every DCT coefficient of the full image until its last scan, and PNG,
+WebP, BMP and GIF have no reduced decode, so those cost their full size.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ import cv2
 import numpy as np
 import numpy.typing as npt
 from PIL import Image, UnidentifiedImageError
+
+from inferline import capacity
 
 # We enforce our own pixel limit (Limits.max_pixels) from the header before decoding; Pillow's
 # global bomb check would otherwise refuse to even report a large header's size.
@@ -36,8 +44,15 @@ class Geometry:
 
 @dataclass(frozen=True)
 class Limits:
-    max_bytes: int = 16 * 1024 * 1024
-    max_pixels: int = 40_000_000  # 40 MP: larger than any phone photo, far below a bomb
+    """Per image: its encoded size, and the decoded-pixel budget (see the module's docstring).
+
+    40 MP decoded at full size is a large PNG and far below a bomb; at 1/8 scale it is a JPEG of
+    up to 2.56 gigapixels, so every camera's photo (45-200 MP) passes while a header claiming
+    65000x65000 (66 MP even at 1/8) is refused.
+    """
+
+    max_bytes: int = capacity.MAX_IMAGE_BYTES
+    max_pixels: int = 40_000_000
 
 
 class DecodeError(ValueError):
@@ -53,6 +68,29 @@ class Header:
     format: str
     width: int
     height: int
+    # JPEG only: how the frame is coded, which decides what a reduced decode saves. "sequential"
+    # (every camera's: one scan of all components, decoded a row of blocks at a time),
+    # "multi-scan" (sequential, components in separate scans), "progressive", "lossless",
+    # "hierarchical"; "" when the header was read by Pillow (counted at full size).
+    coding: str = ""
+
+    @property
+    def pixels(self) -> int:
+        return self.width * self.height
+
+    @property
+    def scalable(self) -> bool:
+        """Decoded at 1/``scale`` in 1/``scale``² of the memory: a sequential JPEG in one scan.
+        A multi-scan or progressive JPEG keeps every DCT coefficient of the full image (2 bytes
+        each) until its last scan, whatever the output's scale."""
+        return self.format == "JPEG" and self.coding == "sequential"
+
+    def decoded_size(self, scale: int) -> tuple[int, int]:
+        """Width and height of what a decoder holds for this image decoded at 1/``scale``
+        (libjpeg rounds up); the full size unless the image is :attr:`scalable`."""
+        if not self.scalable:
+            return self.width, self.height
+        return -(-self.width // scale), -(-self.height // scale)
 
 
 def check_size(data: bytes, limits: Limits) -> None:
@@ -67,24 +105,44 @@ def check_size(data: bytes, limits: Limits) -> None:
 
 
 def probe(data: bytes, limits: Limits) -> Header:
-    """Read format and size from the header alone, and refuse what the limits forbid."""
+    """Read format, size and coding from the header alone, and refuse an image that is empty,
+    over ``max_bytes``, unsupported or truncated. The pixel budget depends on how the image
+    will be decoded: :func:`check_pixels`, before decoding."""
     check_size(data, limits)
     header = _jpeg_header(data) or _pillow_header(data)
     if header.format not in FORMATS:
         raise DecodeError(
             "unsupported", f"{header.format} images are not supported; use {', '.join(FORMATS)}"
         )
-    pixels = header.width * header.height
-    if pixels > limits.max_pixels:
-        raise DecodeError(
-            "too_many_pixels",
-            f"{header.format} header claims {header.width}x{header.height} = {pixels} pixels; "
-            f"the limit (max_pixels) is {limits.max_pixels}",
-        )
-    if pixels == 0:
+    if header.pixels == 0:
         raise DecodeError("empty", f"{header.format} header claims an empty image")
     _check_complete(data, header.format)
     return header
+
+
+def check_pixels(header: Header, scale: int, limits: Limits) -> None:
+    """Refuse an image whose decode at 1/``scale`` (1: full size) would hold more pixels than
+    the budget (``max_pixels``), before a pixel of it is decoded."""
+    width, height = header.decoded_size(scale)
+    decoded = width * height
+    if decoded <= limits.max_pixels:
+        return
+    claim = f"{header.width}x{header.height}"
+    special = header.format == "JPEG" and header.coding not in ("", "sequential")
+    if decoded < header.pixels:
+        what = f"{claim} pixels, {width}x{height} = {decoded} decoded at 1/{scale} scale"
+    elif special and scale > 1:  # could have been scaled but for its coding
+        what = (
+            f"{claim} = {decoded} pixels, all of them held while decoding: a {header.coding} "
+            "JPEG keeps every DCT coefficient of the full image until its last scan"
+        )
+    else:
+        what = f"{claim} = {decoded} pixels"
+    label = f"{header.coding} JPEG" if special else header.format
+    raise DecodeError(
+        "too_many_pixels",
+        f"{label} header claims {what}; the limit (max_pixels) is {limits.max_pixels}",
+    )
 
 
 def _pillow_header(data: bytes) -> Header:
@@ -99,34 +157,46 @@ def _pillow_header(data: bytes) -> Header:
         ) from None
 
 
-# Start-of-frame markers (baseline, extended, progressive, lossless; Huffman or arithmetic).
-_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+# Start-of-frame markers by coding process (ITU-T T.81, B.1.1.3), Huffman or arithmetic.
+_CODING = {
+    **dict.fromkeys((0xC0, 0xC1, 0xC9), "sequential"),
+    **dict.fromkeys((0xC2, 0xCA), "progressive"),
+    **dict.fromkeys((0xC3, 0xCB), "lossless"),
+    **dict.fromkeys((0xC5, 0xC6, 0xC7, 0xCD, 0xCE, 0xCF), "hierarchical"),
+}
 
 
 def _jpeg_header(data: bytes) -> Header | None:
-    """A JPEG's size from its frame header, walking segment lengths: the fast path for the
-    commonest format (Pillow's parser reads every APP segment, ~10x slower). None when this
-    is not a JPEG with a readable frame header; Pillow then has its say."""
+    """A JPEG's size and coding from its frame header and first scan header, walking segment
+    lengths: the fast path for the commonest format (Pillow's parser reads every APP segment,
+    ~10x slower). None when this is not a JPEG with a readable frame header; Pillow then has
+    its say."""
     if not data.startswith(b"\xff\xd8\xff"):
         return None
+    frame: Header | None = None
+    components = 0
     offset = 2
-    while offset + 9 <= len(data):
+    while offset + 10 <= len(data):
         if data[offset] != 0xFF:
-            return None
+            break
         marker = data[offset + 1]
         if marker == 0xFF:
             offset += 1
         elif 0xD0 <= marker <= 0xD7 or marker == 0x01:
             offset += 2
-        elif marker in _SOF:
+        elif marker in _CODING and frame is None:
             height = int.from_bytes(data[offset + 5 : offset + 7], "big")
             width = int.from_bytes(data[offset + 7 : offset + 9], "big")
-            return Header("JPEG", width, height)
-        elif marker == 0xDA:  # a scan before any frame header
-            return None
+            frame, components = Header("JPEG", width, height, _CODING[marker]), data[offset + 9]
+            offset += 2 + int.from_bytes(data[offset + 2 : offset + 4], "big")
+        elif marker == 0xDA:  # the first scan: libjpeg buffers the whole image unless it
+            # carries every component of a sequential frame
+            if frame is not None and frame.coding == "sequential" and data[offset + 4] < components:
+                frame = Header("JPEG", frame.width, frame.height, "multi-scan")
+            break
         else:
             offset += 2 + int.from_bytes(data[offset + 2 : offset + 4], "big")
-    return None
+    return frame
 
 
 def _check_complete(data: bytes, fmt: str) -> None:
@@ -158,9 +228,11 @@ def _jpeg_first_scan(data: bytes) -> int:
     return -1
 
 
-def _reduction(header: Header, geometry: Geometry) -> int:
-    """The largest JPEG DCT downscale (1, 2, 4, 8) that keeps the shorter side >= resize."""
-    if header.format != "JPEG":
+def dct_scale(header: Header, geometry: Geometry) -> int:
+    """The JPEG DCT downscale (1, 2, 4 or 8) a JPEG is decoded at: the largest that keeps the
+    shorter side >= ``resize``, so the model's input loses nothing. 1 for other formats and for
+    JPEGs without DCT (lossless, hierarchical)."""
+    if header.format != "JPEG" or header.coding in ("lossless", "hierarchical"):
         return 1
     shorter = min(header.width, header.height)
     for factor in (8, 4, 2):
@@ -177,13 +249,14 @@ _REDUCED = {
 }
 
 
-def decode_rgb(data: bytes, header: Header, geometry: Geometry) -> npt.NDArray[np.uint8]:
-    """Decode to an 8-bit RGB HWC array: EXIF orientation applied, alpha dropped, 16 bit scaled."""
+def decode_rgb(data: bytes, header: Header, scale: int = 1) -> npt.NDArray[np.uint8]:
+    """Decode to an 8-bit RGB HWC array, a JPEG at 1/``scale``: EXIF orientation applied, alpha
+    dropped, 16 bit scaled."""
     if header.format == "GIF":  # OpenCV has no GIF decoder: first frame through Pillow
         with Image.open(io.BytesIO(data)) as image:
             image.seek(0)
             return np.asarray(image.convert("RGB"))
-    flags = _REDUCED[_reduction(header, geometry)]
+    flags = _REDUCED[scale]
     bgr = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
     if bgr is None:
         raise DecodeError("corrupt", f"corrupt {header.format}: the decoder could not read it")
@@ -231,5 +304,12 @@ def resize_crop(rgb: npt.NDArray[np.uint8], geometry: Geometry) -> Tensor:
 
 def decode_image(data: bytes, geometry: Geometry, limits: Limits) -> Tensor:
     """Encoded image bytes -> ``uint8 [3, crop, crop]``; raises DecodeError for bad input."""
-    header = probe(data, limits)
-    return resize_crop(decode_rgb(data, header, geometry), geometry)
+    return decode_probed(data, probe(data, limits), geometry, limits)
+
+
+def decode_probed(data: bytes, header: Header, geometry: Geometry, limits: Limits) -> Tensor:
+    """:func:`decode_image` for an image already probed: a JPEG at its DCT scale, once its
+    decoded size is within the pixel budget."""
+    scale = dct_scale(header, geometry)
+    check_pixels(header, scale, limits)
+    return resize_crop(decode_rgb(data, header, scale), geometry)

@@ -39,7 +39,8 @@ class Config:
     resize: int = 256
     crop: int = 224
     max_batch: int = 64
-    max_image_bytes: int = 16 * 1024 * 1024  # checked here on both paths (before sending)
+    max_image_bytes: int = capacity.MAX_IMAGE_BYTES  # checked here on both paths (before sending)
+    # Decoding in process: the pixels decoded per image (a JPEG at its DCT scale, see README).
     max_pixels: int = 40_000_000
     # classifier_video, decoding in process: limits and default sampling (as preprocess's).
     max_video_bytes: int = 32 * 1024 * 1024
@@ -78,6 +79,12 @@ class Config:
         require(self.max_batch > 0, PREFIX, "max_batch", "must be at least 1")
         require(0 < self.crop <= self.resize, PREFIX, "crop", "must be > 0 and <= resize")
         require(self.max_image_bytes > 0, PREFIX, "max_image_bytes", "must be positive")
+        require(
+            self.max_image_bytes < self.max_message_bytes,
+            PREFIX,
+            "max_image_bytes",
+            "must be below max_message_bytes (an image arrives in one message)",
+        )
         require(self.max_pixels > 0, PREFIX, "max_pixels", "must be positive")
         require(self.video_top_k > 0, PREFIX, "video_top_k", "must be positive")
         require_video_settings(self, PREFIX)

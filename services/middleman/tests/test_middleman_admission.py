@@ -98,7 +98,9 @@ async def test_the_public_message_limit_is_exact_and_named(
     make_middleman: MakeMiddleman, fake_preprocess: Fake, over: int
 ) -> None:
     limit = 4096
-    url = await make_middleman(max_message_bytes=limit, max_video_bytes=limit - 1)
+    url = await make_middleman(
+        max_message_bytes=limit, max_image_bytes=limit - 1, max_video_bytes=limit - 1
+    )
     request = bytes_request([b"an image"])
     request.id = "x" * (limit + over - request.ByteSize() - 1)  # one length byte more for id
     request.id += "x" * (limit + over - request.ByteSize())

@@ -32,7 +32,9 @@ LIMIT = 64 * 1024  # a small public message limit, so a body over it is cheap to
 
 @pytest_asyncio.fixture
 async def middleman(start_middleman: StartMiddleman) -> app.Middleman:
-    return await start_middleman(max_message_bytes=LIMIT, max_video_bytes=LIMIT // 2)
+    return await start_middleman(
+        max_message_bytes=LIMIT, max_image_bytes=LIMIT // 2, max_video_bytes=LIMIT // 2
+    )
 
 
 @pytest_asyncio.fixture

@@ -2,9 +2,9 @@
 
 The backends themselves: :mod:`preprocess.opencv` (CPU, always there) and
 :mod:`preprocess.dali` (NVIDIA DALI, GPU or CPU); :mod:`preprocess.choice` picks one. Every
-backend checks the limits from the header first (:func:`inferline.imaging.decode.probe`),
-gives the same geometry, and reports a bad image in its own slot so that it never fails its
-batch-mates.
+backend checks the limits from the header first (:func:`inferline.imaging.decode.probe`, then
+the pixel budget for the size it would decode the image at), gives the same geometry, and
+reports a bad image in its own slot so that it never fails its batch-mates.
 """
 
 from __future__ import annotations

@@ -40,8 +40,10 @@ class Config:
     # Geometries decoded at once (DALI builds pipelines for each); one more is refused.
     max_geometries: int = 4
     max_batch: int = 64  # images per request (and the DALI pipelines' batch size)
-    max_image_bytes: int = 16 * 1024 * 1024
-    max_pixels: int = 40_000_000  # checked from the header before decoding
+    max_image_bytes: int = capacity.MAX_IMAGE_BYTES
+    # Pixels decoded per image, checked from the header before decoding: a sequential JPEG
+    # counts at the DCT scale it is decoded at (1/8 for a 200 MP photo), anything else in full.
+    max_pixels: int = 40_000_000
     # Video (model preprocess_video): limits, checked from the container before decoding and
     # again while decoding, since a header can lie.
     max_video_bytes: int = 32 * 1024 * 1024
@@ -81,6 +83,12 @@ class Config:
             "max_inflight_bytes",
         ):  # fmt: skip
             require(getattr(self, name) > 0, PREFIX, name, "must be positive")
+        require(
+            self.max_image_bytes < self.max_message_bytes,
+            PREFIX,
+            "max_image_bytes",
+            "must be below max_message_bytes (an image arrives in one message)",
+        )
         require_video_settings(self, PREFIX)
         require(self.grace_s >= 0, PREFIX, "grace_s", "must not be negative")
         require_tls(self, PREFIX)

@@ -13,6 +13,13 @@ A batch that DALI cannot decode raises for the whole batch and leaves the pipeli
 the pipeline is rebuilt and the batch's images are decoded one by one to find the bad one.
 Headers are probed (and the limits checked) before DALI sees anything, which catches almost all
 bad input cheaply.
+
+DALI's decoders have no reduced-scale decode (only regions of interest, and the centre square
+the crop needs is most of a photo), so DALI decodes every image at full size, and only what
+fits the pixel budget at full size. A larger JPEG goes to the CPU core instead, which decodes
+it at 1/2-1/8 scale in the DCT domain within the same budget (or refuses it, naming the size
+it would decode): the rare 50-200 MP photo costs ~0.1-0.4 s of one core there, instead of
+DALI's buffers growing to hold it at full size, for good.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from nvidia.dali import fn, types
 from nvidia.dali import math as dali_math
 from nvidia.dali.pipeline import Pipeline, pipeline_def
 
-from inferline.imaging.decode import DecodeError, Geometry, decode_image, probe
+from inferline.imaging.decode import DecodeError, Geometry, Header, decode_probed, probe
 from inferline.imaging.streaming import VideoReader
 from inferline.imaging.video import (
     FrameChunk,
@@ -215,13 +222,17 @@ class DaliImageBackend:
         for i in range(start, stop):
             try:
                 header = probe(images[i], self.limits)
-                if header.format in DALI_FORMATS:
+                if self._fits(header):
                     rows[i] = header.format
-                else:  # GIF: neither DALI nor OpenCV reads it; the CPU core uses Pillow
-                    out.tensors[i] = decode_image(images[i], self.geometry, self.limits)
+                else:  # GIF (Pillow), or over the budget at full size (a reduced decode)
+                    out.tensors[i] = decode_probed(images[i], header, self.geometry, self.limits)
             except DecodeError as exc:
                 out.errors[i] = exc
         self._run_isolating(out, images, rows)
+
+    def _fits(self, header: Header) -> bool:
+        """DALI reads the format and can afford it at full size, the only size it decodes."""
+        return header.format in DALI_FORMATS and header.pixels <= self.limits.max_pixels
 
     def _run_isolating(self, out: Decoded, images: Sequence[bytes], rows: dict[int, str]) -> None:
         if not rows:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from inferline.imaging.decode import Geometry, Limits
+from inferline.imaging.decode import Geometry, Limits, decode_image
 from inferline.imaging.video import VideoLimits
 from inferline_testing import media
 from preprocess.backends import BackendSettings, Decoded, split
@@ -142,3 +142,40 @@ def test_bad_images_never_fail_their_batch_mates(
     assert not out.tensors[[1, 3, 4, 6]].any()  # refused rows are zeros
     # And the backend still works afterwards (DALI rebuilt the pipeline that failed).
     assert decode(backend, good).errors == [None] * 3
+
+
+# Photos as current cameras write them (media.camera_jpeg), over the budget at full size.
+CAMERAS = {"50mp": (8160, 6120), "200mp": (16320, 12240)}
+
+
+@pytest.mark.parametrize("backend_name", ["dali_cpu", "opencv"])
+def test_camera_photos_pass_every_backend(
+    backend_name: str, request: pytest.FixtureRequest
+) -> None:
+    backend = request.getfixturevalue(backend_name)
+    photos = [media.camera_jpeg(*size) for size in CAMERAS.values()]
+    out = decode(backend, [media.cat_jpeg(), *photos])
+    assert out.errors == [None] * (1 + len(photos))
+    # DALI has no reduced decode: it hands these to the CPU core, which decodes them at 1/8.
+    expected = [decode_image(photo, GEOMETRY, LIMITS) for photo in photos]
+    np.testing.assert_array_equal(out.tensors[1:], expected)
+
+
+def test_dali_hands_what_it_cannot_afford_at_full_size_to_the_cpu_core() -> None:
+    limits = Limits(max_pixels=1_000_000)
+    small = BackendSettings(GEOMETRY, limits, VideoLimits(), workers=1, max_batch=4)
+    dali, cv = DaliImageBackend(small, gpu=False), OpenCVBackend(GEOMETRY, limits, 1)
+    big_jpeg = AGREEMENT["coffee_1920x1080"]  # 2 MP at full size, 0.13 MP at 1/4
+    big_png = media.encode(media.photo_at("coffee", 1920, 1080), "PNG")  # 2 MP, no reduced decode
+    images = [AGREEMENT["coffee_640x480"], big_jpeg, big_png]
+    try:
+        ours, theirs = decode(dali, images), decode(cv, images)
+    finally:
+        dali.close()
+        cv.close()
+    assert ours.errors[:2] == theirs.errors[:2] == [None, None]
+    np.testing.assert_array_equal(ours.tensors[1], theirs.tensors[1])  # the same CPU decode
+    for errors in (ours.errors, theirs.errors):
+        assert str(errors[2]) == (
+            "PNG header claims 1920x1080 = 2073600 pixels; the limit (max_pixels) is 1000000"
+        )

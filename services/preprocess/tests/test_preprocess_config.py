@@ -28,6 +28,7 @@ def test_environment_and_flags() -> None:
         ({"INFERLINE_PREPROCESS_BACKEND": "cuda"}, "INFERLINE_PREPROCESS_BACKEND: must be one of"),
         ({"INFERLINE_PREPROCESS_CROP": "300"}, "INFERLINE_PREPROCESS_CROP"),
         ({"INFERLINE_PREPROCESS_MAX_VIDEO_BYTES": "99999999999"}, "below max_message_bytes"),
+        ({"INFERLINE_PREPROCESS_MAX_IMAGE_BYTES": "99999999999"}, "MAX_IMAGE_BYTES: must be below"),
         ({"INFERLINE_PREPROCESS_VIDEO_FPS": "0"}, "INFERLINE_PREPROCESS_VIDEO_FPS"),
         ({"INFERLINE_PREPROCESS_WORKERS": "many"}, "expected an integer"),
         (

@@ -25,6 +25,7 @@ CONFIG = Config(
     backend="dali-cpu",
     workers=2,
     max_batch=8,
+    max_image_bytes=4 * 1024 * 1024,
     max_video_bytes=2 * 1024 * 1024,
     max_video_pixels=640 * 480,
     max_video_frames=100,
@@ -95,13 +96,13 @@ async def test_one_bad_image_never_fails_its_batch_mates(
     client: triton.InferenceServerClient,
 ) -> None:
     cat, coffee = media.cat_jpeg(), media.encode(media.photo("coffee"))
-    images = [cat, media.truncated_jpeg(), coffee, media.png_bomb(), b"\x00" * 17_000_000]
+    images = [cat, media.truncated_jpeg(), coffee, media.png_bomb(), b"\x00" * 5_000_000]
     tensors, errors = await infer(client, images)
     assert tensors.shape == (5, 3, 224, 224) and tensors.dtype == np.uint8
     assert errors[0] == errors[2] == ""
     assert "truncated JPEG" in errors[1]
     assert "12000x12000 = 144000000 pixels; the limit (max_pixels) is 40000000" in errors[3]
-    assert "the limit (max_bytes) is 16777216" in errors[4]
+    assert "the limit (max_bytes) is 4194304" in errors[4]
     assert not tensors[[1, 3, 4]].any()
     reference = decode_image(cat, Geometry(), Limits()).astype(np.float32)
     assert np.abs(tensors[0].astype(np.float32) - reference).mean() < 3.0  # DALI vs OpenCV
