@@ -93,3 +93,13 @@ def test_corrupt_pixels_behind_a_valid_header_are_refused() -> None:
     with pytest.raises(DecodeError) as caught:
         decode_image(media.corrupt_png(), GEOMETRY, LIMITS)
     assert caught.value.kind == "corrupt"
+
+
+def test_a_truncated_gif_is_corrupt_not_an_exception_of_pillows() -> None:
+    # Found by fuzzing (fuzz/regressions/decode/): Pillow's OSError escaped decode_image, which
+    # failed a whole preprocess batch instead of one image's slot.
+    gif = media.encode(media.photo_at("chelsea", 40, 30), "GIF")
+    with pytest.raises(DecodeError) as caught:
+        decode_image(gif[: len(gif) // 2], GEOMETRY, LIMITS)
+    assert caught.value.kind == "corrupt"
+    assert "corrupt GIF" in str(caught.value)

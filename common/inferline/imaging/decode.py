@@ -180,9 +180,12 @@ _REDUCED = {
 def decode_rgb(data: bytes, header: Header, geometry: Geometry) -> npt.NDArray[np.uint8]:
     """Decode to an 8-bit RGB HWC array: EXIF orientation applied, alpha dropped, 16 bit scaled."""
     if header.format == "GIF":  # OpenCV has no GIF decoder: first frame through Pillow
-        with Image.open(io.BytesIO(data)) as image:
-            image.seek(0)
-            return np.asarray(image.convert("RGB"))
+        try:
+            with Image.open(io.BytesIO(data)) as image:
+                image.seek(0)
+                return np.asarray(image.convert("RGB"))
+        except (OSError, EOFError, SyntaxError, ValueError) as exc:  # truncated, corrupt
+            raise DecodeError("corrupt", f"corrupt GIF: {exc}") from None
     flags = _REDUCED[_reduction(header, geometry)]
     bgr = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
     if bgr is None:
