@@ -7,6 +7,7 @@ outputs are always written as ``raw_output_contents``. BYTES elements are length
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Iterable, Sequence
 
@@ -33,6 +34,7 @@ _CONTENTS_FIELD = {
     "FP64": "fp64_contents",
     "BYTES": "bytes_contents",
 }
+_MAX_ELEMENTS = int(np.iinfo(np.intp).max)  # the most elements a numpy array can index
 
 
 def split_bytes(buffer: bytes) -> list[bytes]:
@@ -71,7 +73,11 @@ def input_array(request: service_pb2.ModelInferRequest, index: int) -> npt.NDArr
     shape = tuple(int(d) for d in tensor.shape)
     if any(d < 0 for d in shape):
         raise invalid(f"input {tensor.name!r}: negative dimension in shape {list(shape)}")
-    count = int(np.prod(shape, dtype=np.int64))
+    # Counted exactly: np.prod in int64 wraps (2^32 x 2^32 is 0, which an empty tensor would
+    # match), and numpy refuses a shape whose non-zero dimensions multiply past its index range.
+    if math.prod(d for d in shape if d) > _MAX_ELEMENTS:
+        raise invalid(f"input {tensor.name!r}: shape {list(shape)} is larger than any tensor")
+    count = math.prod(shape)
     if index < len(request.raw_input_contents):
         raw = request.raw_input_contents[index]
         if tensor.datatype == "BYTES":
