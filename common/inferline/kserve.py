@@ -34,7 +34,8 @@ _CONTENTS_FIELD = {
     "FP64": "fp64_contents",
     "BYTES": "bytes_contents",
 }
-_MAX_ELEMENTS = int(np.iinfo(np.intp).max)  # the most elements a numpy array can index
+_MAX_BYTES = int(np.iinfo(np.intp).max)  # the largest numpy array
+_WIDEST = 8  # bytes of the widest element: INT64, FP64, the object pointer of a BYTES element
 
 
 def split_bytes(buffer: bytes) -> list[bytes]:
@@ -74,8 +75,9 @@ def input_array(request: service_pb2.ModelInferRequest, index: int) -> npt.NDArr
     if any(d < 0 for d in shape):
         raise invalid(f"input {tensor.name!r}: negative dimension in shape {list(shape)}")
     # Counted exactly: np.prod in int64 wraps (2^32 x 2^32 is 0, which an empty tensor would
-    # match), and numpy refuses a shape whose non-zero dimensions multiply past its index range.
-    if math.prod(d for d in shape if d) > _MAX_ELEMENTS:
+    # match), and numpy refuses a shape whose non-zero dimensions, times the element's size,
+    # pass its index range, even for an empty array.
+    if math.prod(d for d in shape if d) * _WIDEST > _MAX_BYTES:
         raise invalid(f"input {tensor.name!r}: shape {list(shape)} is larger than any tensor")
     count = math.prod(shape)
     if index < len(request.raw_input_contents):
