@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -100,12 +101,28 @@ def input_array(request: service_pb2.ModelInferRequest, index: int) -> npt.NDArr
         if tensor.datatype == "BYTES":
             array = np.array(values, dtype=np.object_)
         else:
+            _check_range(tensor.name, tensor.datatype, field, values)
             array = np.array(values, dtype=np_dtype(tensor.datatype))
     if array.size != count:
         raise invalid(
             f"input {tensor.name!r}: {array.size} elements do not match shape {list(shape)}"
         )
     return array.reshape(shape)
+
+
+def _check_range(name: str, datatype: str, field: str, values: list[int]) -> None:
+    """Typed contents are wider than INT8, INT16, UINT8 and UINT16 (``int_contents`` holds int32
+    values): refuse a value that would wrap rather than change it."""
+    dtype: np.dtype[Any] = np_dtype(datatype)
+    if dtype.kind not in "iu" or not values:
+        return
+    info = np.iinfo(dtype)
+    low, high = min(values), max(values)
+    if low < info.min or high > info.max:
+        raise invalid(
+            f"input {name!r}: {field} holds {low if low < info.min else high}, outside "
+            f"{datatype} [{info.min}, {info.max}]"
+        )
 
 
 def find_input(

@@ -104,3 +104,21 @@ def test_an_empty_tensor_may_have_a_large_dimension() -> None:
     empty = kserve.input_array(_request("X", "FP64", [2**59, 0], b""), 0)
     assert empty.shape == (2**59, 0)
 
+
+@pytest.mark.parametrize(
+    ("datatype", "field", "values"),
+    [("INT8", "int_contents", [1, 4352]), ("INT16", "int_contents", [-40000]),
+     ("UINT8", "uint_contents", [256]), ("UINT16", "uint_contents", [0, 70000])],
+)  # fmt: skip
+def test_typed_contents_that_would_wrap_are_refused(
+    datatype: str, field: str, values: list[int]
+) -> None:
+    # Found by fuzzing (fuzz/regressions/kserve-wire/): int_contents 4352 became the INT8 0
+    # (numpy's conversion wraps, with a DeprecationWarning: numpy 2 raises OverflowError).
+    request = service_pb2.ModelInferRequest(model_name="m")
+    tensor = request.inputs.add(name="X", datatype=datatype, shape=[len(values)])
+    getattr(tensor.contents, field).extend(values)
+    with pytest.raises(InferError, match=rf"{field} holds -?\d+, outside {datatype}"):
+        kserve.input_array(request, 0)
+    getattr(tensor.contents, field)[:] = [0] * len(values)
+    assert kserve.input_array(request, 0).tolist() == [0] * len(values)
