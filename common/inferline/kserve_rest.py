@@ -82,6 +82,18 @@ def parse_infer(
     """A ``POST /v2/models/{model}[/versions/{version}]/infer`` body as a ``ModelInferRequest``."""
     head, binary = _split(body, header_length)
     document = _json_object(head, "the request")
+    try:
+        return _infer_request(document, binary, model, version)
+    except UnicodeEncodeError:  # a protobuf string, or a BYTES element, is UTF-8
+        raise invalid(
+            "the request holds a string that is not Unicode text: a lone surrogate escape "
+            "(\\ud800 to \\udfff) that is not half of a pair"
+        ) from None
+
+
+def _infer_request(
+    document: dict[str, Any], binary: bytes, model: str, version: str
+) -> InferRequest:
     request = service_pb2.ModelInferRequest(model_name=model, model_version=version)
     request.id = _text(document.get("id", ""), "id")
     parameters = _object(document.get("parameters", {}), "parameters")

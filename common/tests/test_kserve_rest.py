@@ -148,3 +148,27 @@ def test_configuration_json_has_dims_as_numbers() -> None:
 )  # fmt: skip
 def test_http_status_of_each_grpc_code(code: grpc.StatusCode, status: int) -> None:
     assert kserve_rest.http_status(code) == status
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"id": "\\ud800", "inputs": [{"name": "A", "datatype": "INT8", "shape": [1], '
+        b'"data": [1]}]}',
+        b'{"inputs": [{"name": "A\\udfff", "datatype": "INT8", "shape": [1], "data": [1]}]}',
+        b'{"inputs": [{"name": "A", "datatype": "BYTES", "shape": [1], "data": ["\\ud800"]}]}',
+        b'{"inputs": [{"name": "A", "datatype": "INT8", "shape": [1], "data": [1]}], '
+        b'"parameters": {"\\ud800": 1}}',
+        b'{"inputs": [{"name": "A", "datatype": "BYTES", "shape": [1], "data": ["\xed\xa0\x80"]}]}',
+    ],
+    ids=["id", "name", "element", "parameter name", "encoded surrogate"],
+)
+def test_a_lone_surrogate_is_invalid_argument_not_a_crash(body: bytes) -> None:
+    # Found by fuzzing (fuzz/regressions/rest/): JSON's "\ud800" is a str that protobuf cannot
+    # encode as UTF-8, and its UnicodeEncodeError escaped parse_infer (HTTP 500).
+    with pytest.raises(InferError) as caught:
+        kserve_rest.parse_infer(body, None, "m")
+    assert "lone surrogate" in caught.value.message
+    pair = body.replace(b"\\ud800", b"\\ud83d\\ude00").replace(b"\\udfff", b"")
+    if b"\xed" not in pair:
+        kserve_rest.parse_infer(pair, None, "m")  # a pair is text: an emoji
