@@ -172,3 +172,26 @@ def test_a_lone_surrogate_is_invalid_argument_not_a_crash(body: bytes) -> None:
     pair = body.replace(b"\\ud800", b"\\ud83d\\ude00").replace(b"\\udfff", b"")
     if b"\xed" not in pair:
         kserve_rest.parse_infer(pair, None, "m")  # a pair is text: an emoji
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (b'{"inputs": [{"name": "A", "datatype": "INT8", "shape": [1], "data": [1]}], '
+         b'"outputs": [{"name": "P", "parameters": {"classification": 92233720368547758086}}]}',
+         "'classification' is 92233720368547758086: an integer must fit in 64 bits"),
+        (b'{"inputs": [{"name": "A", "datatype": "INT8", "shape": [1], "data": [1], '
+         b'"parameters": {"p": -9223372036854775809}}]}', "must fit in 64 bits"),
+        (b'{"inputs": [{"name": "A", "datatype": "INT8", "shape": [18446744073709551616, 0], '
+         b'"data": []}]}', "non-negative integers (64-bit)"),
+        (b'{"inputs": [{"name": "A", "datatype": "INT8", "shape": [1], "data": [1]}], '
+         b'"parameters": {"timeout": 1' + b"0" * 400 + b"}}", "a positive integer (64-bit)"),
+    ],
+    ids=["output parameter", "input parameter", "shape", "timeout"],
+)  # fmt: skip
+def test_an_integer_past_64_bits_is_invalid_argument_not_a_crash(body: bytes, words: str) -> None:
+    # Found by fuzzing (fuzz/regressions/rest/): JSON integers are unbounded; protobuf's int64
+    # fields raised ValueError (and a timeout past a float, OverflowError), answered 500.
+    with pytest.raises(InferError) as caught:
+        kserve_rest.parse_infer(body, None, "m")
+    assert words in caught.value.message
