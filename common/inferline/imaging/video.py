@@ -74,7 +74,7 @@ def _number(params: Mapping[str, object], name: str, kind: type, default: float)
     value = params.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"parameter {name!r} must be a number, got {value!r}")
-    if kind is int and value != int(value):
+    if kind is int and isinstance(value, float) and not value.is_integer():  # inf, NaN too
         raise ValueError(f"parameter {name!r} must be an integer, got {value!r}")
     return value
 
