@@ -31,9 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 REGRESSIONS = Path(__file__).resolve().parent / "regressions"
 WORKDIR = ROOT / "build" / "fuzz"
 FINDING_PREFIXES = ("crash-", "timeout-", "oom-", "leak-")
-# One thread each for OpenBLAS and OpenMP, whatever the machine: the worker's address space
-# (capped) and speed do not depend on the core count, and the fuzzer shares the machine.
-WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+# One thread each for OpenBLAS and OpenMP, and two malloc arenas, whatever the machine: the
+# worker's address space (capped) and speed do not grow with the core count, and the fuzzer
+# shares the machine.
+WORKER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MALLOC_ARENA_MAX": "2"}
 # Past the fuzzing time: the worker's start (imports, DALI pipelines) and its first pass over
 # the corpus. A worker still running after that is stuck where libFuzzer's own limits cannot
 # see it, and is a finding too.
@@ -124,8 +125,8 @@ def worker(target: Target, args: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "fuzz.worker", target.name, *limits(target), *args]
 
 
-def environment() -> dict[str, str]:
-    env = {**os.environ, **WORKER_ENV}
+def environment(target: Target) -> dict[str, str]:
+    env = {**os.environ, **WORKER_ENV, **dict(target.env)}
     # The worker imports ``fuzz`` from this checkout, wherever it is started from.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
@@ -171,7 +172,7 @@ def run(
         process = subprocess.Popen(
             command,
             cwd=ROOT,
-            env=environment(),
+            env=environment(target),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -234,7 +235,7 @@ def reproduce(name: str, files: Sequence[Path]) -> subprocess.CompletedProcess[s
     return subprocess.run(
         worker(target, [str(f) for f in files]),
         cwd=ROOT,
-        env=environment(),
+        env=environment(target),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
