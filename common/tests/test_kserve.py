@@ -1,3 +1,6 @@
+import struct
+import tracemalloc
+
 import grpc
 import numpy as np
 import pytest
@@ -122,3 +125,27 @@ def test_typed_contents_that_would_wrap_are_refused(
         kserve.input_array(request, 0)
     getattr(tensor.contents, field)[:] = [0] * len(values)
     assert kserve.input_array(request, 0).tolist() == [0] * len(values)
+
+
+def test_a_length_prefix_claiming_4_gib_allocates_nothing() -> None:
+    buffer = struct.pack("<I", 3) + b"abc" + struct.pack("<I", 2**32 - 1) + b"x" * 16
+    tracemalloc.start()
+    try:
+        with pytest.raises(InferError, match="element 1 claims 4294967295 bytes, 16 remain"):
+            kserve.split_bytes(buffer)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024
+
+
+def test_a_shape_claiming_exabytes_is_refused_before_any_allocation() -> None:
+    request = _request("X", "FP32", [2**20, 2**20, 2**19], b"\0" * 16)  # 2 EiB
+    tracemalloc.start()
+    try:
+        with pytest.raises(InferError, match="16 bytes do not match shape"):
+            kserve.input_array(request, 0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024

@@ -9,6 +9,8 @@ folder: a fresh clone's run.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,3 +81,23 @@ def test_dictionary_tokens_are_escaped(tmp_path: Path) -> None:
     assert len(lines) == len(target.dictionary)
     assert '"\\x22inputs\\x22"' in lines
     assert '"\\x22\\x5cud800\\x22"' in lines
+
+
+def test_the_memory_cap_refuses_one_allocation_past_it() -> None:
+    """What makes "no allocation past the bound" a finding: after the cap, one allocation of
+    more than the target's memory_mb fails (MemoryError) instead of succeeding lazily."""
+    code = (
+        "import numpy as np\n"
+        "from fuzz.worker import cap_memory\n"
+        "cap_memory(256)\n"
+        "small = np.ones(64 * 2**20, np.uint8)\n"
+        "try:\n"
+        "    np.ones(512 * 2**20, np.uint8)\n"
+        "except MemoryError:\n"
+        "    print('refused')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=runner.ROOT, capture_output=True, text=True, check=True
+    )
+    assert "capped at" in done.stdout
+    assert done.stdout.rstrip().endswith("refused"), done.stdout + done.stderr
