@@ -118,7 +118,7 @@ test: MODELS = efficientnet_lite0 efficientnet_lite2  # the session's stack serv
 test: model ## run every test (unit, service and end-to-end through the real Triton server)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-fuzz: setup ## fuzz every target (decoding, KServe tensors, REST) for FUZZ_SECONDS each; fails on a crash, hang or memory overrun -> build/fuzz/
+fuzz: setup ## fuzz every target (image decoding, KServe tensors, REST, video open) for FUZZ_SECONDS each; fails on a crash, hang or memory overrun -> build/fuzz/
 	$(PY) -m fuzz all --seconds $(FUZZ_SECONDS)
 
 TEST_DIRS := $(wildcard $(addsuffix /tests,$(DISTRIBUTIONS) grafana k8s tools))
