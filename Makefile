@@ -17,10 +17,11 @@ WEB_PORT ?= 8088
 PYTEST_ARGS ?=
 BENCH_DURATION ?= 10
 BENCH_BATCHER_ARGS ?=
+FUZZ_SECONDS ?= 60
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup certs model up down status scale demo demo-web grafana images deploy undeploy verify-cluster k8s-envoy checkov test lint check-packages format bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload soak clean
+.PHONY: help setup certs model up down status scale demo demo-web grafana images deploy undeploy verify-cluster k8s-envoy checkov test fuzz lint check-packages format bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload soak clean
 
 help: ## list the targets
 	@echo "inferline — scale-out inference pipeline (see README.md)"
@@ -125,6 +126,9 @@ grafana: ## Grafana (official container) on :3000 with inferline's dashboards, r
 test: MODELS = efficientnet_lite0 efficientnet_lite2  # the session's stack serves both
 test: model ## run every test (unit, service and end-to-end through the real Triton server)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+fuzz: setup ## fuzz every target (image decoding, KServe tensors, REST, video open) for FUZZ_SECONDS each; fails on a crash, hang or memory overrun -> build/fuzz/
+	$(PY) -m fuzz all --seconds $(FUZZ_SECONDS)
 
 TEST_DIRS := $(wildcard $(addsuffix /tests,$(DISTRIBUTIONS) grafana k8s tools))
 DOCKERFILES := $(wildcard services/*/Dockerfile control/*/Dockerfile */Dockerfile)

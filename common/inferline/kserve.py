@@ -7,8 +7,10 @@ outputs are always written as ``raw_output_contents``. BYTES elements are length
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +35,8 @@ _CONTENTS_FIELD = {
     "FP64": "fp64_contents",
     "BYTES": "bytes_contents",
 }
+_MAX_BYTES = int(np.iinfo(np.intp).max)  # the largest numpy array
+_WIDEST = 8  # bytes of the widest element: INT64, FP64, the object pointer of a BYTES element
 
 
 def split_bytes(buffer: bytes) -> list[bytes]:
@@ -71,7 +75,12 @@ def input_array(request: service_pb2.ModelInferRequest, index: int) -> npt.NDArr
     shape = tuple(int(d) for d in tensor.shape)
     if any(d < 0 for d in shape):
         raise invalid(f"input {tensor.name!r}: negative dimension in shape {list(shape)}")
-    count = int(np.prod(shape, dtype=np.int64))
+    # Counted exactly: np.prod in int64 wraps (2^32 x 2^32 is 0, which an empty tensor would
+    # match), and numpy refuses a shape whose non-zero dimensions, times the element's size,
+    # pass its index range, even for an empty array.
+    if math.prod(d for d in shape if d) * _WIDEST > _MAX_BYTES:
+        raise invalid(f"input {tensor.name!r}: shape {list(shape)} is larger than any tensor")
+    count = math.prod(shape)
     if index < len(request.raw_input_contents):
         raw = request.raw_input_contents[index]
         if tensor.datatype == "BYTES":
@@ -92,12 +101,28 @@ def input_array(request: service_pb2.ModelInferRequest, index: int) -> npt.NDArr
         if tensor.datatype == "BYTES":
             array = np.array(values, dtype=np.object_)
         else:
+            _check_range(tensor.name, tensor.datatype, field, values)
             array = np.array(values, dtype=np_dtype(tensor.datatype))
     if array.size != count:
         raise invalid(
             f"input {tensor.name!r}: {array.size} elements do not match shape {list(shape)}"
         )
     return array.reshape(shape)
+
+
+def _check_range(name: str, datatype: str, field: str, values: list[int]) -> None:
+    """Typed contents are wider than INT8, INT16, UINT8 and UINT16 (``int_contents`` holds int32
+    values): refuse a value that would wrap rather than change it."""
+    dtype: np.dtype[Any] = np_dtype(datatype)
+    if dtype.kind not in "iu" or not values:
+        return
+    info = np.iinfo(dtype)
+    low, high = min(values), max(values)
+    if low < info.min or high > info.max:
+        raise invalid(
+            f"input {name!r}: {field} holds {low if low < info.min else high}, outside "
+            f"{datatype} [{info.min}, {info.max}]"
+        )
 
 
 def find_input(

@@ -38,6 +38,7 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 JSON_TYPE = "application/json"
 BINARY_TYPE = "application/octet-stream"
 BASE64 = "base64"
+_INT64_MAX = 2**63 - 1  # shapes and integer parameters are int64 in the protocol
 
 # HTTP statuses of gRPC codes: Triton's for the codes Triton has (INTERNAL 500, NOT_FOUND 404,
 # UNAVAILABLE 503, UNIMPLEMENTED 501, every other 400); for the two it has not, the standard
@@ -82,6 +83,18 @@ def parse_infer(
     """A ``POST /v2/models/{model}[/versions/{version}]/infer`` body as a ``ModelInferRequest``."""
     head, binary = _split(body, header_length)
     document = _json_object(head, "the request")
+    try:
+        return _infer_request(document, binary, model, version)
+    except UnicodeEncodeError:  # a protobuf string, or a BYTES element, is UTF-8
+        raise invalid(
+            "the request holds a string that is not Unicode text: a lone surrogate escape "
+            "(\\ud800 to \\udfff) that is not half of a pair"
+        ) from None
+
+
+def _infer_request(
+    document: dict[str, Any], binary: bytes, model: str, version: str
+) -> InferRequest:
     request = service_pb2.ModelInferRequest(model_name=model, model_version=version)
     request.id = _text(document.get("id", ""), "id")
     parameters = _object(document.get("parameters", {}), "parameters")
@@ -165,8 +178,10 @@ def _kind(value: object) -> str:
 def _timeout(value: object) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise invalid(f"parameter 'timeout' is in microseconds, a positive integer; got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= _INT64_MAX:
+        raise invalid(
+            f"parameter 'timeout' is in microseconds, a positive integer (64-bit); got {value!r}"
+        )
     return value / 1e6
 
 
@@ -181,6 +196,8 @@ def _set_parameters(
         if isinstance(value, bool):
             param.bool_param = value
         elif isinstance(value, int):
+            if not -_INT64_MAX - 1 <= value <= _INT64_MAX:
+                raise invalid(f"{what} {key!r} is {value}: an integer must fit in 64 bits (signed)")
             param.int64_param = value
         elif isinstance(value, float):
             param.double_param = value
@@ -202,8 +219,11 @@ def _add_input(
     what = f"input {name!r}"
     datatype = _text(tensor.get("datatype"), f"{what}: datatype")
     shape = _list(tensor.get("shape"), f"{what}: shape")
-    if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-        raise invalid(f"{what}: shape must be a list of non-negative integers, got {shape}")
+    if not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= _INT64_MAX
+               for d in shape):  # fmt: skip
+        raise invalid(
+            f"{what}: shape must be a list of non-negative integers (64-bit), got {shape}"
+        )
     parameters = _object(tensor.get("parameters", {}), f"{what}: parameters")
     if "shared_memory_region" in parameters:
         raise InferError(

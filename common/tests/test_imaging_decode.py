@@ -231,3 +231,32 @@ def test_a_200_mp_photo_decodes_in_megabytes_and_a_bomb_in_nothing(tmp_path: Pat
     for name in list(files)[2:]:
         assert measured[name]["result"] == "too_many_pixels", measured[name]
         assert mib[name] < 1, mib
+
+
+def test_a_truncated_gif_is_corrupt_not_an_exception_of_pillows() -> None:
+    # Found by fuzzing (fuzz/regressions/decode/): Pillow's OSError escaped decode_image, which
+    # failed a whole preprocess batch instead of one image's slot.
+    gif = media.encode(media.photo_at("chelsea", 40, 30), "GIF")
+    with pytest.raises(DecodeError) as caught:
+        decode_image(gif[: len(gif) // 2], GEOMETRY, LIMITS)
+    assert caught.value.kind == "corrupt"
+    assert "corrupt GIF" in str(caught.value)
+
+
+@pytest.mark.parametrize(("height", "width"), [(64, 40_000), (33_001, 24)])
+def test_a_strip_longer_than_opencvs_warp_is_cut_to_its_centre(height: int, width: int) -> None:
+    # Found by fuzzing (fuzz/regressions/dali/): a 24 x 64272 GIF is within max_pixels, but
+    # cv2.warpAffine asserts every side is under 32767 pixels (cv2.error, a failed batch).
+    rng = np.random.default_rng(0)
+    strip = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+    tensor = resize_crop(strip, GEOMETRY)
+    # The same centre, from an image the warp takes whole: the crop samples only its middle.
+    window = 3000 + max(height, width) % 2  # centred exactly: the same parity
+    if width > height:
+        centre = strip[:, (width - window) // 2 : (width + window) // 2]
+    else:
+        centre = strip[(height - window) // 2 : (height + window) // 2]
+    expected = resize_crop(np.ascontiguousarray(centre), GEOMETRY)
+    assert np.abs(tensor.astype(int) - expected).max() <= 1
+    png = media.encode(strip[:, :, 0], "PNG")  # and end to end, through the decoder
+    assert decode_image(png, GEOMETRY, LIMITS).shape == (3, 224, 224)

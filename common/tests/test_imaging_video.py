@@ -79,6 +79,11 @@ def test_request_parameters_override_the_default_sampling() -> None:
         ({"max_frames": 51}, "above this server's cap"),
         ({"fps": "fast"}, "must be a number"),
         ({"every_n": 2.5}, "must be an integer"),
+        # Found by fuzzing (fuzz/regressions/kserve-tensors/): int(inf) raised OverflowError,
+        # which the services do not catch (a ValueError is their INVALID_ARGUMENT).
+        ({"max_frames": float("inf")}, "must be an integer"),
+        ({"every_n": float("-inf")}, "must be an integer"),
+        ({"every_n": float("nan")}, "must be an integer"),
     ]
     for params, words in cases:
         with pytest.raises(ValueError, match=words):

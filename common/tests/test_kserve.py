@@ -1,3 +1,6 @@
+import struct
+import tracemalloc
+
 import grpc
 import numpy as np
 import pytest
@@ -81,3 +84,68 @@ def test_class_count_parameter() -> None:
     output.parameters["classification"].string_param = "3"
     with pytest.raises(InferError):
         kserve.class_count(output)
+
+
+@pytest.mark.parametrize(
+    ("datatype", "shape"),
+    [
+        ("UINT8", [2**32, 2**32]),
+        ("BYTES", [2**32, 2**32]),
+        ("UINT8", [2**62, 2**62, 0]),
+        ("FP64", [0, 2**62]),
+    ],
+)
+def test_a_shape_past_int64_is_refused_not_wrapped(datatype: str, shape: list[int]) -> None:
+    # Found by fuzzing (fuzz/regressions/kserve-tensors/): np.prod counted 2^32 x 2^32 in int64
+    # as 0 elements, which empty contents matched, and the reshape raised ValueError; an empty
+    # [0, 2^62] FP64 tensor is 2^65 bytes to numpy, which refuses to make it.
+    with pytest.raises(InferError, match="larger than any tensor"):
+        kserve.input_array(_request("X", datatype, shape, b""), 0)
+
+
+def test_an_empty_tensor_may_have_a_large_dimension() -> None:
+    empty = kserve.input_array(_request("X", "FP64", [2**59, 0], b""), 0)
+    assert empty.shape == (2**59, 0)
+
+
+@pytest.mark.parametrize(
+    ("datatype", "field", "values"),
+    [("INT8", "int_contents", [1, 4352]), ("INT16", "int_contents", [-40000]),
+     ("UINT8", "uint_contents", [256]), ("UINT16", "uint_contents", [0, 70000])],
+)  # fmt: skip
+def test_typed_contents_that_would_wrap_are_refused(
+    datatype: str, field: str, values: list[int]
+) -> None:
+    # Found by fuzzing (fuzz/regressions/kserve-wire/): int_contents 4352 became the INT8 0
+    # (numpy's conversion wraps, with a DeprecationWarning: numpy 2 raises OverflowError).
+    request = service_pb2.ModelInferRequest(model_name="m")
+    tensor = request.inputs.add(name="X", datatype=datatype, shape=[len(values)])
+    getattr(tensor.contents, field).extend(values)
+    with pytest.raises(InferError, match=rf"{field} holds -?\d+, outside {datatype}"):
+        kserve.input_array(request, 0)
+    getattr(tensor.contents, field)[:] = [0] * len(values)
+    assert kserve.input_array(request, 0).tolist() == [0] * len(values)
+
+
+def test_a_length_prefix_claiming_4_gib_allocates_nothing() -> None:
+    buffer = struct.pack("<I", 3) + b"abc" + struct.pack("<I", 2**32 - 1) + b"x" * 16
+    tracemalloc.start()
+    try:
+        with pytest.raises(InferError, match="element 1 claims 4294967295 bytes, 16 remain"):
+            kserve.split_bytes(buffer)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024
+
+
+def test_a_shape_claiming_exabytes_is_refused_before_any_allocation() -> None:
+    request = _request("X", "FP32", [2**20, 2**20, 2**19], b"\0" * 16)  # 2 EiB
+    tracemalloc.start()
+    try:
+        with pytest.raises(InferError, match="16 bytes do not match shape"):
+            kserve.input_array(request, 0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 1024

@@ -148,3 +148,50 @@ def test_configuration_json_has_dims_as_numbers() -> None:
 )  # fmt: skip
 def test_http_status_of_each_grpc_code(code: grpc.StatusCode, status: int) -> None:
     assert kserve_rest.http_status(code) == status
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"id": "\\ud800", "inputs": [{"name": "A", "datatype": "INT8", "shape": [1], '
+        b'"data": [1]}]}',
+        b'{"inputs": [{"name": "A\\udfff", "datatype": "INT8", "shape": [1], "data": [1]}]}',
+        b'{"inputs": [{"name": "A", "datatype": "BYTES", "shape": [1], "data": ["\\ud800"]}]}',
+        b'{"inputs": [{"name": "A", "datatype": "INT8", "shape": [1], "data": [1]}], '
+        b'"parameters": {"\\ud800": 1}}',
+        b'{"inputs": [{"name": "A", "datatype": "BYTES", "shape": [1], "data": ["\xed\xa0\x80"]}]}',
+    ],
+    ids=["id", "name", "element", "parameter name", "encoded surrogate"],
+)
+def test_a_lone_surrogate_is_invalid_argument_not_a_crash(body: bytes) -> None:
+    # Found by fuzzing (fuzz/regressions/rest/): JSON's "\ud800" is a str that protobuf cannot
+    # encode as UTF-8, and its UnicodeEncodeError escaped parse_infer (HTTP 500).
+    with pytest.raises(InferError) as caught:
+        kserve_rest.parse_infer(body, None, "m")
+    assert "lone surrogate" in caught.value.message
+    pair = body.replace(b"\\ud800", b"\\ud83d\\ude00").replace(b"\\udfff", b"")
+    if b"\xed" not in pair:
+        kserve_rest.parse_infer(pair, None, "m")  # a pair is text: an emoji
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (b'{"inputs": [{"name": "A", "datatype": "INT8", "shape": [1], "data": [1]}], '
+         b'"outputs": [{"name": "P", "parameters": {"classification": 92233720368547758086}}]}',
+         "'classification' is 92233720368547758086: an integer must fit in 64 bits"),
+        (b'{"inputs": [{"name": "A", "datatype": "INT8", "shape": [1], "data": [1], '
+         b'"parameters": {"p": -9223372036854775809}}]}', "must fit in 64 bits"),
+        (b'{"inputs": [{"name": "A", "datatype": "INT8", "shape": [18446744073709551616, 0], '
+         b'"data": []}]}', "non-negative integers (64-bit)"),
+        (b'{"inputs": [{"name": "A", "datatype": "INT8", "shape": [1], "data": [1]}], '
+         b'"parameters": {"timeout": 1' + b"0" * 400 + b"}}", "a positive integer (64-bit)"),
+    ],
+    ids=["output parameter", "input parameter", "shape", "timeout"],
+)  # fmt: skip
+def test_an_integer_past_64_bits_is_invalid_argument_not_a_crash(body: bytes, words: str) -> None:
+    # Found by fuzzing (fuzz/regressions/rest/): JSON integers are unbounded; protobuf's int64
+    # fields raised ValueError (and a timeout past a float, OverflowError), answered 500.
+    with pytest.raises(InferError) as caught:
+        kserve_rest.parse_infer(body, None, "m")
+    assert words in caught.value.message

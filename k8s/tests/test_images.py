@@ -526,6 +526,7 @@ def excluded(path: str) -> bool:
         "preflight/tests/conftest.py", "common/inferline_common.egg-info/PKG-INFO",
         "common/inferline/__pycache__/config.cpython-311.pyc", ".mypy_cache/x", "k8s/base/x.yaml",
         "build/model_repository/.efficientnet_lite0.abc123/1/model.onnx", "common/build/lib/x.py",
+        "fuzz/regressions/decode/x", "build/fuzz/decode/corpus/x",
     ],
 )  # fmt: skip
 def test_dockerignore_keeps_the_context_small(path: str) -> None:

@@ -253,9 +253,12 @@ def decode_rgb(data: bytes, header: Header, scale: int = 1) -> npt.NDArray[np.ui
     """Decode to an 8-bit RGB HWC array, a JPEG at 1/``scale``: EXIF orientation applied, alpha
     dropped, 16 bit scaled."""
     if header.format == "GIF":  # OpenCV has no GIF decoder: first frame through Pillow
-        with Image.open(io.BytesIO(data)) as image:
-            image.seek(0)
-            return np.asarray(image.convert("RGB"))
+        try:
+            with Image.open(io.BytesIO(data)) as image:
+                image.seek(0)
+                return np.asarray(image.convert("RGB"))
+        except (OSError, EOFError, SyntaxError, ValueError) as exc:  # truncated, corrupt
+            raise DecodeError("corrupt", f"corrupt GIF: {exc}") from None
     flags = _REDUCED[scale]
     bgr = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
     if bgr is None:
@@ -279,9 +282,27 @@ def shrink(rgb: npt.NDArray[np.uint8], geometry: Geometry) -> npt.NDArray[np.uin
     return np.asarray(cv2.resize(rgb, size, interpolation=cv2.INTER_AREA), dtype=np.uint8)
 
 
+# OpenCV's warp takes no image with a side of SHRT_MAX (32767) pixels or more; a 40000 x 100
+# strip is well within max_pixels.
+_MAX_WARP_SIDE = 32766
+
+
+def _centre_square(rgb: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+    """The centre square of a long strip, which holds the crop, with two pixels either side for
+    the interpolation: cut from the long side, about the same centre exactly (a view)."""
+    height, width = rgb.shape[:2]
+    long = max(height, width)
+    keep = min(height, width) + 4
+    keep += (long - keep) % 2  # the same parity: the cut's centre is the image's
+    start = (long - keep) // 2
+    return rgb[start : start + keep] if height > width else rgb[:, start : start + keep]
+
+
 def resize_crop(rgb: npt.NDArray[np.uint8], geometry: Geometry) -> Tensor:
     """Shorter side to ``resize``, centre crop ``crop``, as CHW: one exact affine warp."""
     rgb = shrink(rgb, geometry)
+    if max(rgb.shape[:2]) > _MAX_WARP_SIDE:
+        rgb = _centre_square(rgb)
     height, width = rgb.shape[:2]
     scale = geometry.resize / min(height, width)
     # Map output pixel centres to source pixel centres: x_src = (x_out + 0.5 + off) / scale - 0.5

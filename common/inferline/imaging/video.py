@@ -74,7 +74,7 @@ def _number(params: Mapping[str, object], name: str, kind: type, default: float)
     value = params.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"parameter {name!r} must be a number, got {value!r}")
-    if kind is int and value != int(value):
+    if kind is int and isinstance(value, float) and not value.is_integer():  # inf, NaN too
         raise ValueError(f"parameter {name!r} must be an integer, got {value!r}")
     return value
 
@@ -188,6 +188,19 @@ def _fourcc(value: float) -> str:
     return text if text.isprintable() else f"0x{code:08x}"
 
 
+class _MemoryStream(io.BytesIO):
+    """A video in memory, as OpenCV's FFmpeg reads it: a seek it cannot do answers -1 (FFmpeg's
+    "cannot") instead of raising. OpenCV 4.11 crashes the process on an exception from the
+    stream's seek, and it passes FFmpeg's 64-bit offsets through a C int, so a far offset in a
+    malformed mp4 arrives negative, which BytesIO refuses with ValueError."""
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        try:
+            return super().seek(offset, whence)
+        except (ValueError, OverflowError):
+            return -1
+
+
 def open_capture(data: bytes, limits: VideoLimits) -> tuple[cv2.VideoCapture, VideoHeader]:
     """Open ``data`` in memory with FFmpeg and check its header.
 
@@ -202,7 +215,7 @@ def open_capture(data: bytes, limits: VideoLimits) -> tuple[cv2.VideoCapture, Vi
             f"not a recognised video (expected {CONTAINERS}); first bytes: {data[:16]!r}",
         )
     # OpenCV >= 4.10 reads a Python binary stream; its stubs only list IStreamReader.
-    capture = cv2.VideoCapture(io.BytesIO(data), cv2.CAP_FFMPEG, [])  # type: ignore[call-overload]
+    capture = cv2.VideoCapture(_MemoryStream(data), cv2.CAP_FFMPEG, [])  # type: ignore[call-overload]
     if not capture.isOpened():
         raise DecodeError(
             "unrecognised",

@@ -16,7 +16,7 @@ import math
 import struct
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 from tritonclient.grpc import service_pb2
@@ -99,7 +99,20 @@ def _typed_ok(tensor: InputTensor) -> bool:
     if tensor.datatype == "BYTES":
         return len(tensor.contents.bytes_contents) == count
     field = _TYPED.get(tensor.datatype)
-    return field is not None and len(getattr(tensor.contents, field[0])) == count
+    if field is None:
+        return False
+    values = getattr(tensor.contents, field[0])
+    return len(values) == count and _fits(values, np.dtype(field[1]))
+
+
+def _fits(values: Sequence[int], dtype: np.dtype[Any]) -> bool:
+    """Whether typed contents fit ``dtype`` as they are: ``int_contents`` holds int32 values for
+    INT8 and INT16 (``uint_contents`` for UINT8, UINT16), and merging converts them to raw bytes;
+    a value that would wrap there travels alone, to be answered by the upstream as it is."""
+    if dtype.kind not in "iu" or not values:
+        return True
+    info = np.iinfo(dtype)
+    return info.min <= min(values) and max(values) <= info.max
 
 
 def plan(request: Request, max_batch_size: int) -> Plan:

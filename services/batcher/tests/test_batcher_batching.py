@@ -229,6 +229,14 @@ def test_unbatchable_requests_travel_alone() -> None:
     missing_raw.inputs.add(name="B", datatype="UINT8", shape=[1, 3])
     assert plan(missing_raw, 4).key is None
 
+    # Found by fuzzing (fuzz/regressions/kserve-wire/): merging converted these to raw bytes,
+    # wrapping 300 to the INT8 44 (numpy warns; numpy 2 raises OverflowError).
+    typed = service_pb2.ModelInferRequest(model_name="m")
+    typed.inputs.add(name="A", datatype="INT8", shape=[2, 1]).contents.int_contents.extend([1, 2])
+    assert plan(typed, 4).key is not None
+    typed.inputs[0].contents.int_contents[1] = 300
+    assert plan(typed, 4).key is None
+
 
 def test_bytes_elements_split_at_item_boundaries() -> None:
     requests = []
