@@ -1,13 +1,15 @@
-"""A video reader's chunks, decoded on a worker thread one chunk ahead of the caller."""
+"""A video reader's chunks, decoded on a worker thread one chunk ahead of the caller; an upload
+spooled from its chunks as they arrive (:func:`spool`)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
+from inferline.imaging.upload import UploadStream
 from inferline.imaging.video import FrameChunk, VideoHeader
 
 
@@ -54,3 +56,17 @@ def _close_after(pending: asyncio.Future[Any], reader: VideoReader) -> None:
     if not pending.cancelled():
         pending.exception()  # an abandoned read's error is handled, not "never retrieved"
     reader.close()
+
+
+async def spool(chunks: AsyncIterable[bytes], upload: UploadStream) -> None:
+    """Write ``chunks`` into ``upload`` as they arrive (each write waits for the upload's window,
+    so the sender is slowed to the decoder's pace), then finish it. Once the reader is done
+    (``upload.release()``) what still arrives is read and dropped. A failure fails the upload,
+    so its reader raises it too, and is raised here."""
+    try:
+        async for chunk in chunks:
+            await upload.append(chunk)
+        upload.finish()
+    except BaseException as exc:
+        upload.fail(exc)
+        raise
