@@ -104,13 +104,13 @@ class UploadStream(io.BufferedIOBase):
         """Append the next chunk, once the window allows. Raises DecodeError (the cap, or more
         than the stated size: the upload is failed with it too) or OSError (the disk)."""
         data = memoryview(chunk).cast("B")
-        if not data:
-            return
+        if not data or self._released:
+            return  # once the reader is done, the rest is drained, not kept
         try:
             self._check_length(self._written + len(data))
             await self._wait_for_room()
             if self._released:
-                return  # the reader is done; the rest is drained, not kept
+                return
             await asyncio.to_thread(self._pwrite, data, self._written)
         except BaseException as exc:
             self.fail(exc)

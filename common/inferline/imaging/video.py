@@ -35,10 +35,11 @@ VideoSource = bytes | UploadStream  # a whole video, or one arriving in chunks
 
 @dataclass(frozen=True)
 class VideoLimits:
-    max_bytes: int = 32 * 1024 * 1024
+    max_bytes: int = 32 * 1024 * 1024  # a whole video, in one message
     max_pixels: int = 3840 * 2160  # per frame
     max_frames: int = 18_000
     max_duration_s: float = 600.0
+    max_stream_bytes: int = 2 * 1024 * 1024 * 1024  # a video in chunks, spooled to disk
 
 
 @dataclass(frozen=True)

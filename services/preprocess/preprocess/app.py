@@ -86,6 +86,7 @@ async def start(config: Config, machine: Machine | None = None) -> Preprocess:
             sampling=default_sampling(config),
             max_samples=config.video_max_samples,
             video_threads=settings.workers,
+            max_stream_bytes=config.max_video_stream_bytes,
             admission=admission.Admission(
                 admission.Limits(
                     config.max_inflight,

@@ -10,6 +10,13 @@ INT64 ``[k]``, ``TIMESTAMP`` FP64 ``[k]`` (seconds), then an empty response whos
 ``every_n`` / ``fps`` / ``max_frames`` choose the sampling. A refused video ends the stream
 with INVALID_ARGUMENT.
 
+A video may also come in chunks, one request each, with the sequence parameters of
+:mod:`inferline.sequence` (sampling, geometry and outputs on the first chunk): it is spooled to a
+temporary file as it arrives and decoded while it does (on the CPU, whatever the backend), its
+frames streamed back while later chunks are still arriving. When the spool is a window ahead of
+the decoder, the stream is not read (flow control slows the sender). The spool is capped
+(``max_video_stream_bytes``); frames and duration are limited as for a whole video.
+
 Either model's request parameters ``resize`` and ``crop`` choose the geometry (each model behind
 middleman has its own input size); without them the configured one applies
 (:mod:`preprocess.geometries`).
@@ -35,8 +42,10 @@ from inferline import kserve
 from inferline.admission import Admission, Overloaded, Ticket
 from inferline.errors import InferError, grpc_boundary, grpc_stream_boundary, invalid
 from inferline.imaging.decode import DecodeError, Geometry
-from inferline.imaging.streaming import read_chunks
+from inferline.imaging.streaming import VideoReader, read_chunks, spool
+from inferline.imaging.upload import UploadStream
 from inferline.imaging.video import FrameChunk, Sampling
+from inferline.sequence import ChunkedVideo, IncompleteSequence, chunked
 from inferline.servicer import Context, KServeServicer
 from preprocess import geometries, metrics
 from preprocess.backends import ImageBackend, VideoBackend
@@ -48,7 +57,7 @@ MODEL = "preprocess"
 VIDEO_MODEL = "preprocess_video"
 MODELS = (MODEL, VIDEO_MODEL)
 IMAGE_HINT = "BYTES [N, 1] or [N], each element one encoded JPEG, PNG, WebP, BMP or GIF file"
-VIDEO_HINT = "BYTES [1], one whole mp4, mkv or webm file"
+VIDEO_HINT = "BYTES [1], one whole mp4, mkv or webm file, or its next chunk"
 IMAGE_OUTPUTS = ("TENSOR", "ERRORS")
 VIDEO_OUTPUTS = ("TENSOR", "FRAME_INDEX", "TIMESTAMP")
 
@@ -60,6 +69,7 @@ class ServiceSettings:
     max_samples: int  # the most a request's max_frames may ask for
     video_threads: int
     admission: Admission  # hard bounds only: requests and bytes decoding at once
+    max_stream_bytes: int = 2 * 1024 * 1024 * 1024  # a video in chunks, spooled to disk
 
 
 class PreprocessService(KServeServicer):
@@ -209,28 +219,40 @@ class PreprocessService(KServeServicer):
     async def ModelStreamInfer(
         self, requests: AsyncIterator[service_pb2.ModelInferRequest], context: Context
     ) -> AsyncIterator[service_pb2.ModelStreamInferResponse]:
-        async for request in requests:
-            async for response in self._video(request, context):
+        stream = aiter(requests)  # read here and, for a video in chunks, by its spool
+        async for request in stream:
+            video = chunked(request, stream, self._video_bytes)
+            if video is None:
+                responses = self._video(request, context)
+            else:
+                responses = self._video_upload(request, video, context)
+            async for response in responses:
                 yield service_pb2.ModelStreamInferResponse(infer_response=response)
 
-    async def _video(
-        self, request: service_pb2.ModelInferRequest, context: Context
-    ) -> AsyncIterator[service_pb2.ModelInferResponse]:
+    def _video_bytes(self, request: service_pb2.ModelInferRequest) -> bytes:
+        """The one element of a ``preprocess_video`` request's ``VIDEO``: a video, or a chunk."""
         self.check_model(request.model_name, request.model_version)
         if request.model_name != VIDEO_MODEL:
             raise invalid(f"model {request.model_name!r} is not streamed: call ModelInfer")
-        wanted = _requested(request, VIDEO_OUTPUTS)
         video = kserve.find_input(request, "VIDEO", "BYTES", VIDEO_HINT)
         if video.shape != (1,):
             raise invalid(f"input 'VIDEO' must have shape [1]; got {list(video.shape)}")
-        data: bytes = video[0]
+        return bytes(video[0])
+
+    def _sampling(self, request: service_pb2.ModelInferRequest) -> Sampling:
         try:
-            sampling = self.settings.sampling.with_parameters(
+            return self.settings.sampling.with_parameters(
                 kserve.parameters(request), self.settings.max_samples
             )
         except ValueError as exc:
             raise invalid(f"video sampling: {exc}") from None
 
+    async def _video(
+        self, request: service_pb2.ModelInferRequest, context: Context
+    ) -> AsyncIterator[service_pb2.ModelInferResponse]:
+        data = self._video_bytes(request)
+        wanted = _requested(request, VIDEO_OUTPUTS)
+        sampling = self._sampling(request)
         geometry, _, backends = await self.backends(request)
         loop = asyncio.get_running_loop()
         backend = backends.name
@@ -240,15 +262,71 @@ class PreprocessService(KServeServicer):
                 backend = reader.backend
                 metrics.BYTES_IN.labels(backend, "video").inc(len(data))
                 logger.debug("video %r: %s, sampling %s", request.id, reader.header, sampling)
-                async for chunk, seconds in read_chunks(reader, self.executor):
-                    metrics.DECODE_SECONDS.labels(backend, "video").observe(seconds)
-                    metrics.FRAMES.labels(backend).inc(len(chunk))
-                    metrics.BYTES_OUT.labels(backend, "video").inc(chunk.tensors.nbytes)
-                    yield self._chunk_response(request, chunk, wanted, final=False)
+                async for chunk in self._chunks(request, reader, self.executor, wanted):
+                    yield chunk
             except DecodeError as exc:
                 metrics.ERRORS.labels(backend, "video", exc.kind).inc()
                 raise invalid(f"video: {exc}") from None
         yield self._chunk_response(request, self._no_frames(geometry.crop), wanted, final=True)
+
+    async def _video_upload(
+        self, first: service_pb2.ModelInferRequest, video: ChunkedVideo, context: Context
+    ) -> AsyncIterator[service_pb2.ModelInferResponse]:
+        """A video in chunks: spooled as it arrives, decoded while it does."""
+        wanted = _requested(first, VIDEO_OUTPUTS)
+        sampling = self._sampling(first)
+        geometry, _, backends = await self.backends(first)
+        backend = "opencv"  # whatever the image backend: DALI takes whole files only
+        try:
+            upload = UploadStream(self.settings.max_stream_bytes, size=video.size)
+        except DecodeError as exc:
+            metrics.ERRORS.labels(backend, "video", exc.kind).inc()
+            raise invalid(f"video: {exc}") from None
+        feeding = asyncio.create_task(spool(_data(video), upload))
+        # Its reads wait for the sender: a thread of its own, never one the others need.
+        executor = ThreadPoolExecutor(1, thread_name_prefix="video-upload")
+        loop = asyncio.get_running_loop()
+        try:
+            with self._admitted(0, context, "video"):
+                reader = await loop.run_in_executor(
+                    executor, backends.open_stream, upload, sampling
+                )
+                logger.debug(
+                    "video %r in chunks: %s, sampling %s", video.id, reader.header, sampling
+                )
+                async for chunk in self._chunks(first, reader, executor, wanted):
+                    yield chunk
+            upload.release()  # decoded: what still arrives is read and dropped
+            yield self._chunk_response(first, self._no_frames(geometry.crop), wanted, final=True)
+            await _drained(feeding)
+        except DecodeError as exc:
+            metrics.ERRORS.labels(backend, "video", exc.kind).inc()
+            raise invalid(f"video: {exc}") from None
+        except OSError as exc:  # the spool's disk
+            raise InferError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"video: cannot spool the upload to a temporary file (TMPDIR): {exc}",
+            ) from None
+        finally:
+            upload.release()
+            _cancel(feeding)
+            executor.shutdown(wait=False)
+            metrics.BYTES_IN.labels(backend, "video").inc(upload.written)
+
+    async def _chunks(
+        self,
+        request: service_pb2.ModelInferRequest,
+        reader: VideoReader,
+        executor: ThreadPoolExecutor,
+        wanted: list[str],
+    ) -> AsyncIterator[service_pb2.ModelInferResponse]:
+        """A response for each chunk of ``reader``'s sampled frames, as each is decoded."""
+        backend = reader.backend
+        async for chunk, seconds in read_chunks(reader, executor):
+            metrics.DECODE_SECONDS.labels(backend, "video").observe(seconds)
+            metrics.FRAMES.labels(backend).inc(len(chunk))
+            metrics.BYTES_OUT.labels(backend, "video").inc(chunk.tensors.nbytes)
+            yield self._chunk_response(request, chunk, wanted, final=False)
 
     @staticmethod
     def _no_frames(crop: int) -> FrameChunk:
@@ -275,6 +353,26 @@ class PreprocessService(KServeServicer):
             kserve.add_output(response, name, outputs[name])
         response.parameters["triton_final_response"].bool_param = final
         return response
+
+
+async def _data(video: ChunkedVideo) -> AsyncIterator[bytes]:
+    async for chunk in video.chunks:
+        yield chunk.data
+
+
+async def _drained(feeding: asyncio.Task[None]) -> None:
+    """The rest of a sequence whose frames were all sent: read (and checked) to its end. A
+    stream that ends before sequence_end is fine now: nothing more was needed."""
+    with contextlib.suppress(IncompleteSequence):
+        await feeding
+
+
+def _cancel(task: asyncio.Task[None]) -> None:
+    """Cancel ``task``, or retrieve its exception (raised already, through its upload)."""
+    if not task.done():
+        task.cancel()
+    elif not task.cancelled():
+        task.exception()
 
 
 def _requested(request: service_pb2.ModelInferRequest, names: tuple[str, ...]) -> list[str]:
