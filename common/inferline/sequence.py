@@ -15,10 +15,15 @@ a time, and may carry another after it. What breaks the protocol is INVALID_ARGU
 what to send instead: a chunk with no open sequence, a second ``sequence_start`` while one is
 open, another ``sequence_id`` mid-sequence, or the stream ending before ``sequence_end``
 (:class:`IncompleteSequence`, which a server that needed no more of the video may ignore).
+
+:func:`spooled` writes a video's chunks into an :class:`~inferline.imaging.upload.UploadStream`
+while its caller decodes it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TypeAlias
@@ -27,6 +32,8 @@ import grpc
 from tritonclient.grpc import service_pb2
 
 from inferline.errors import InferError, invalid
+from inferline.imaging.streaming import spool
+from inferline.imaging.upload import UploadStream
 
 SEQUENCE_PARAMETERS = ("sequence_id", "sequence_start", "sequence_end")
 SIZE_PARAMETER = "video_bytes"
@@ -159,3 +166,30 @@ async def _chunks(
         data = read(request)
         count, received, end = count + 1, received + len(data), chunk.end
         yield Chunk(data, end)
+
+
+async def data(video: ChunkedVideo) -> AsyncIterator[bytes]:
+    """The bytes of ``video``'s chunks, in order."""
+    async for chunk in video.chunks:
+        yield chunk.data
+
+
+@contextlib.asynccontextmanager
+async def spooled(video: ChunkedVideo, upload: UploadStream) -> AsyncIterator[None]:
+    """Spool ``video`` into ``upload`` as it arrives while the body decodes it (a failure of the
+    upload reaches the decoder through ``upload.check()``). When the body is done, ``upload``
+    is released and the rest of the sequence is read, checked and dropped, so the stream can
+    carry another video; a stream that ends before ``sequence_end`` is fine then, since
+    nothing more was needed. If the body fails, the spool is cancelled."""
+    feeding = asyncio.create_task(spool(data(video), upload))
+    try:
+        yield
+        upload.release()
+        with contextlib.suppress(IncompleteSequence):
+            await feeding
+    finally:
+        upload.release()
+        if not feeding.done():
+            feeding.cancel()
+        elif not feeding.cancelled():
+            feeding.exception()  # raised already, through the upload: retrieved here

@@ -42,10 +42,10 @@ from inferline import kserve
 from inferline.admission import Admission, Overloaded, Ticket
 from inferline.errors import InferError, grpc_boundary, grpc_stream_boundary, invalid
 from inferline.imaging.decode import DecodeError, Geometry
-from inferline.imaging.streaming import VideoReader, read_chunks, spool
+from inferline.imaging.streaming import VideoReader, read_chunks
 from inferline.imaging.upload import UploadStream
 from inferline.imaging.video import FrameChunk, Sampling
-from inferline.sequence import ChunkedVideo, IncompleteSequence, chunked
+from inferline.sequence import ChunkedVideo, chunked, spooled
 from inferline.servicer import Context, KServeServicer
 from preprocess import geometries, metrics
 from preprocess.backends import ImageBackend, VideoBackend
@@ -282,23 +282,21 @@ class PreprocessService(KServeServicer):
         except DecodeError as exc:
             metrics.ERRORS.labels(backend, "video", exc.kind).inc()
             raise invalid(f"video: {exc}") from None
-        feeding = asyncio.create_task(spool(_data(video), upload))
         # Its reads wait for the sender: a thread of its own, never one the others need.
         executor = ThreadPoolExecutor(1, thread_name_prefix="video-upload")
         loop = asyncio.get_running_loop()
         try:
-            with self._admitted(0, context, "video"):
-                reader = await loop.run_in_executor(
-                    executor, backends.open_stream, upload, sampling
-                )
-                logger.debug(
-                    "video %r in chunks: %s, sampling %s", video.id, reader.header, sampling
-                )
-                async for chunk in self._chunks(first, reader, executor, wanted):
-                    yield chunk
-            upload.release()  # decoded: what still arrives is read and dropped
-            yield self._chunk_response(first, self._no_frames(geometry.crop), wanted, final=True)
-            await _drained(feeding)
+            async with spooled(video, upload):
+                with self._admitted(0, context, "video"):
+                    reader = await loop.run_in_executor(
+                        executor, backends.open_stream, upload, sampling
+                    )
+                    logger.debug("video %r in chunks: %s, %s", video.id, reader.header, sampling)
+                    async for chunk in self._chunks(first, reader, executor, wanted):
+                        yield chunk
+                upload.release()  # decoded: what still arrives is read and dropped
+                crop = geometry.crop
+                yield self._chunk_response(first, self._no_frames(crop), wanted, final=True)
         except DecodeError as exc:
             metrics.ERRORS.labels(backend, "video", exc.kind).inc()
             raise invalid(f"video: {exc}") from None
@@ -308,8 +306,6 @@ class PreprocessService(KServeServicer):
                 f"video: cannot spool the upload to a temporary file (TMPDIR): {exc}",
             ) from None
         finally:
-            upload.release()
-            _cancel(feeding)
             executor.shutdown(wait=False)
             metrics.BYTES_IN.labels(backend, "video").inc(upload.written)
 
@@ -353,26 +349,6 @@ class PreprocessService(KServeServicer):
             kserve.add_output(response, name, outputs[name])
         response.parameters["triton_final_response"].bool_param = final
         return response
-
-
-async def _data(video: ChunkedVideo) -> AsyncIterator[bytes]:
-    async for chunk in video.chunks:
-        yield chunk.data
-
-
-async def _drained(feeding: asyncio.Task[None]) -> None:
-    """The rest of a sequence whose frames were all sent: read (and checked) to its end. A
-    stream that ends before sequence_end is fine now: nothing more was needed."""
-    with contextlib.suppress(IncompleteSequence):
-        await feeding
-
-
-def _cancel(task: asyncio.Task[None]) -> None:
-    """Cancel ``task``, or retrieve its exception (raised already, through its upload)."""
-    if not task.done():
-        task.cancel()
-    elif not task.cancelled():
-        task.exception()
 
 
 def _requested(request: service_pb2.ModelInferRequest, names: tuple[str, ...]) -> list[str]:
