@@ -236,8 +236,11 @@ def large_video(
     width: int = 640,
     height: int = 480,
     fps: float = 10.0,
+    min_seconds: float = 10.0,
 ) -> bytes:
-    """A video of at least ``min_bytes`` that classifies as a cat: the cat photo panning slowly
+    """A video of at least ``min_bytes`` and ``min_seconds`` (FFmpeg reads up to 5 s of a video
+    before its first frame: a shorter one cannot show frames arriving before its end) that
+    classifies as a cat: the cat photo panning slowly
     in the middle, fresh noise in a strip on each side, lossless H.264 (the noise does not
     compress, so the size is what is asked), in ``container`` (``mkv``, or ``mp4`` with its
     index first). Frames are piped to the ffmpeg CLI one at a time.
@@ -248,6 +251,7 @@ def large_video(
         raise LookupError("large_video needs the ffmpeg CLI (apt-get install ffmpeg)")
     noise_px = 2 * LARGE_NOISE_COLUMNS * height
     frames = math.ceil(min_bytes / (noise_px * 2.0)) + 10  # ~2 B a noise pixel, all told
+    frames = max(frames, math.ceil(min_seconds * fps))
     while True:
         data = _large_video(frames, container, width, height, fps)
         if len(data) >= min_bytes:

@@ -15,7 +15,9 @@ import pytest
 import pytest_asyncio
 import tritonclient.grpc.aio as triton
 
+from inferline_testing import chunks as chunks_
 from inferline_testing import media
+from inferline_testing.chunks import Request, finals
 from preprocess import app
 from preprocess.choice import Machine
 from preprocess.config import Config
@@ -33,9 +35,6 @@ CONFIG = Config(
 )
 MODEL = "preprocess_video"
 CHUNK_BYTES = 4096
-TIMEOUT_S = 60.0
-
-Request = dict[str, Any]
 
 
 @pytest_asyncio.fixture(scope="module")
@@ -57,24 +56,8 @@ def video(codec: str = "vp9_webm", frames: int = 30) -> bytes:
     return media.make_video(codec, media.video_frames(frames))
 
 
-def request(
-    data: bytes,
-    sequence_id: int | str = 7,
-    start: bool = False,
-    end: bool = False,
-    **parameters: Any,
-) -> Request:
-    """One chunk, as tritonclient's stream_infer takes it."""
-    tensor = triton.InferInput("VIDEO", [1], "BYTES")
-    tensor.set_data_from_numpy(np.array([data], dtype=np.object_))
-    return {
-        "model_name": MODEL,
-        "inputs": [tensor],
-        "sequence_id": sequence_id,
-        "sequence_start": start,
-        "sequence_end": end,
-        "parameters": parameters or None,
-    }
+def request(data: bytes, sequence_id: int | str = 7, **flags_and_parameters: Any) -> Request:
+    return chunks_.request(MODEL, data, sequence_id, **flags_and_parameters)
 
 
 def one(data: bytes, **parameters: Any) -> list[Request]:
@@ -83,62 +66,28 @@ def one(data: bytes, **parameters: Any) -> list[Request]:
 
 
 def chunks(data: bytes, size: int = CHUNK_BYTES, **parameters: Any) -> list[Request]:
-    """``data`` as one sequence: parameters on the first chunk, sequence_end on the last."""
-    pieces = [data[i : i + size] for i in range(0, len(data), size)]
-    return [
-        request(piece, start=i == 0, end=i == len(pieces) - 1, **(parameters if i == 0 else {}))
-        for i, piece in enumerate(pieces)
-    ]
+    return chunks_.chunks(MODEL, data, size, **parameters)
 
 
 async def send(
     client: triton.InferenceServerClient,
     requests: list[Request],
-    hold_last_until: asyncio.Event | None = None,
+    hold_last_until_a_result: bool = False,
     keep_open: bool = False,
 ) -> list[triton.InferResult]:
-    """Stream ``requests``; the last one waits for ``hold_last_until`` (a timeout fails).
-
-    ``keep_open``: the client does not half-close until the server has ended the call. A refusal
-    is then the server's status: grpc's aio client reports INTERNAL ("Internal error from Core")
-    instead when a write or the half-close races with the status arriving.
-    """
-    ended = asyncio.Event()
-
-    async def iterate() -> AsyncIterator[Request]:
-        for index, item in enumerate(requests):
-            if hold_last_until is not None and index == len(requests) - 1:
-                await asyncio.wait_for(hold_last_until.wait(), TIMEOUT_S)
-            yield item
-        if keep_open:
-            await asyncio.wait_for(ended.wait(), TIMEOUT_S)
-
-    results = []
-    try:
-        async for result, error in client.stream_infer(iterate()):
-            assert error is None, error
-            results.append(result)
-            if hold_last_until is not None:
-                hold_last_until.set()
-    finally:
-        ended.set()
-    return results
+    return await chunks_.send(client, requests, hold_last_until_a_result, keep_open)
 
 
 def frames(results: list[triton.InferResult]) -> tuple[list[int], np.ndarray[Any, Any]]:
-    indices = np.concatenate([r.as_numpy("FRAME_INDEX") for r in results])
-    return indices.tolist(), np.concatenate([r.as_numpy("TENSOR") for r in results])
-
-
-def finals(results: list[triton.InferResult]) -> list[bool]:
-    return [r.get_response().parameters["triton_final_response"].bool_param for r in results]
+    tensors = np.concatenate([r.as_numpy("TENSOR") for r in results])
+    return chunks_.frame_indices(results), tensors
 
 
 async def refusal(
     client: triton.InferenceServerClient, requests: list[Request], keep_open: bool = True
 ) -> str:
     """The details of the INVALID_ARGUMENT that ``requests`` end with; the last of them is the
-    one refused (any later write would race with the status: see :func:`send`)."""
+    one refused (a later write would race with the status: see :func:`chunks_.send`)."""
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await send(client, requests, keep_open=keep_open)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
@@ -150,7 +99,7 @@ async def test_a_video_in_chunks_gives_the_frames_of_the_whole_file(
     client: triton.InferenceServerClient, codec: str
 ) -> None:
     data = video(codec)
-    whole = await send(client, [{"model_name": MODEL, "inputs": request(data)["inputs"]}])
+    whole = await send(client, [chunks_.whole(MODEL, data)])
     chunked = await send(client, chunks(data))
     assert len(chunks(data)) > 3
     assert frames(chunked)[0] == frames(whole)[0] == [0, 5, 10, 15, 20, 25]  # 2 fps
@@ -162,8 +111,7 @@ async def test_frames_come_back_before_the_last_chunk_is_sent(
     client: triton.InferenceServerClient,
 ) -> None:
     data = video("vp9_webm", frames=100)  # 10 s: FFmpeg reads up to 5 s before a first frame
-    first_result = asyncio.Event()
-    results = await send(client, chunks(data, every_n=10), hold_last_until=first_result)
+    results = await send(client, chunks(data, every_n=10), hold_last_until_a_result=True)
     assert frames(results)[0] == list(range(0, 100, 10))
     assert finals(results)[-1] and not any(finals(results)[:-1])
 
@@ -172,9 +120,8 @@ async def test_the_stated_length_lets_an_mp4_with_its_index_first_start_early(
     client: triton.InferenceServerClient,
 ) -> None:
     data = video("h264_faststart_mp4", frames=100)
-    first_result = asyncio.Event()
     requests = chunks(data, video_bytes=len(data), max_frames=3)
-    results = await send(client, requests, hold_last_until=first_result)
+    results = await send(client, requests, hold_last_until_a_result=True)
     assert frames(results)[0] == [0, 5, 10]
 
 
@@ -183,7 +130,7 @@ async def test_a_stream_carries_one_video_after_another(
 ) -> None:
     data = video()
     second = [dict(r, sequence_id="second") for r in chunks(data, every_n=15)]
-    whole = {"model_name": MODEL, "inputs": request(data)["inputs"], "parameters": {"every_n": 10}}
+    whole = chunks_.whole(MODEL, data, every_n=10)
     results = await send(client, [*chunks(data), *second, whole])
     assert finals(results).count(True) == 3
     assert frames(results)[0] == [0, 5, 10, 15, 20, 25, 0, 15, 0, 10, 20]
@@ -193,8 +140,7 @@ async def test_a_sampling_done_early_answers_at_once_and_drains_the_rest(
     client: triton.InferenceServerClient,
 ) -> None:
     data = video("vp9_webm", frames=100)
-    first_result = asyncio.Event()
-    results = await send(client, chunks(data, max_frames=2), hold_last_until=first_result)
+    results = await send(client, chunks(data, max_frames=2), hold_last_until_a_result=True)
     assert frames(results)[0] == [0, 5] and finals(results) == [False, True]
 
 
@@ -232,7 +178,7 @@ async def test_a_stream_that_ends_mid_video_is_invalid_argument(
 
 async def test_the_spool_is_capped_by_name(client: triton.InferenceServerClient) -> None:
     size = 64 * 1024
-    data = media.large_video(STREAM_CAP + 4 * size)
+    data = media.large_video(STREAM_CAP + 4 * size, min_seconds=1.0)
     over = chunks(data, size=size)[: STREAM_CAP // size + 1]  # the last one passes the cap
     details = await refusal(client, over)
     assert f"the upload passed {STREAM_CAP} bytes; the limit (max_video_stream_bytes)" in details
