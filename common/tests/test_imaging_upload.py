@@ -39,26 +39,27 @@ async def reader_waits(upload: UploadStream) -> None:
     await wait_for_state(lambda: upload.reader_waiting, TIMEOUT_S, "the reader waiting")
 
 
-async def test_a_read_waits_for_the_bytes_it_asks_for(upload: UploadStream) -> None:
+async def test_a_read_gives_what_has_arrived_and_waits_only_for_nothing(
+    upload: UploadStream,
+) -> None:
     await upload.append(b"01234")
+    assert upload.read(8) == b"01234"  # what there is, at once
     read = in_thread(lambda: upload.read(8))
-    await reader_waits(upload)
+    await reader_waits(upload)  # nothing beyond the position: it waits
     assert not read.done()
     await upload.append(b"56789")
-    assert await asyncio.wait_for(read, TIMEOUT_S) == b"01234567"
-    assert upload.tell() == 8
-    assert upload.read(2) == b"89"  # arrived: no wait
+    assert await asyncio.wait_for(read, TIMEOUT_S) == b"56789"
+    assert upload.tell() == 10
 
 
-async def test_the_end_of_the_upload_ends_a_read_short(upload: UploadStream) -> None:
+async def test_the_end_of_the_upload_ends_a_read(upload: UploadStream) -> None:
     await upload.append(b"abc")
-    upload.read(1)
+    assert upload.read(100) == b"abc"
     read = in_thread(lambda: upload.read(100))
     await reader_waits(upload)
     upload.finish()
-    assert await asyncio.wait_for(read, TIMEOUT_S) == b"bc"
-    assert upload.read(10) == b""  # the end, for good
-    assert upload.read() == b""
+    assert await asyncio.wait_for(read, TIMEOUT_S) == b""  # the end, for good
+    assert upload.seek(1) == 1 and upload.read() == b"bc"
     upload.check()  # ended, not failed
 
 
@@ -82,6 +83,7 @@ async def test_a_failed_upload_reads_as_its_end_and_check_raises_why(
     upload: UploadStream,
 ) -> None:
     await upload.append(b"abc")
+    upload.seek(3)
     read = in_thread(lambda: upload.read(10))
     await reader_waits(upload)
     why = RuntimeError("the sender went away")
@@ -153,6 +155,7 @@ async def test_the_stated_length_is_held_to() -> None:
 
 async def test_released_it_keeps_nothing_and_answers_its_end(upload: UploadStream) -> None:
     await upload.append(b"abc")
+    upload.seek(3)
     read = in_thread(lambda: upload.read(10))
     await reader_waits(upload)
     upload.release()  # the decoder is done (its sampling, say)

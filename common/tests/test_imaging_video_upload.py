@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 from inferline.imaging.decode import DecodeError, Geometry
-from inferline.imaging.streaming import read_chunks, spool
+from inferline.imaging.streaming import read_as_decoded, read_chunks, spool
 from inferline.imaging.upload import UploadStream
 from inferline.imaging.video import CpuVideoReader, FrameChunk, Sampling, VideoLimits
 from inferline_testing import media
+from inferline_testing.waits import wait_for_state
 
 GEOMETRY = Geometry()
 EVERY_5 = Sampling(every_n=5, fps=0, max_samples=100)
@@ -128,6 +129,30 @@ async def test_an_mp4_with_its_index_at_the_end_decodes_once_the_index_arrives(c
     np.testing.assert_array_equal(decoded.frames.tensors, from_memory(data).tensors)
 
 
+async def test_frames_leave_as_decoded_and_batch_up_only_while_the_caller_is_busy() -> None:
+    # A chunk of 16 sampled frames would need the whole video; what is decoded leaves at once.
+    data = long_video("vp9_webm")
+    upload = UploadStream()
+    await upload.append(data[: len(data) * 3 // 4])
+    executor = ThreadPoolExecutor(1)
+    loop = asyncio.get_running_loop()
+    reader = await loop.run_in_executor(
+        executor, CpuVideoReader, upload, EVERY_5, GEOMETRY, VideoLimits(), 1
+    )
+    chunks = read_as_decoded(reader, executor, limit=32)
+    first, _ = await asyncio.wait_for(anext(chunks), TIMEOUT_S)
+    assert 0 < len(first) < 16
+    # The caller is busy: decoding goes on until it waits for the sender.
+    await wait_for_state(lambda: upload.reader_waiting, TIMEOUT_S, "decoding to wait")
+    await upload.append(data[len(data) * 3 // 4 :])
+    upload.finish()
+    rest = [chunk async for chunk, _ in chunks]
+    executor.shutdown(wait=False)
+    assert max(len(c) for c in rest) > 1  # what waited was taken in one piece
+    assert [i for c in (first, *rest) for i in c.indices] == list(range(0, 100, 5))
+    assert upload.released  # the reader was closed, on its thread
+
+
 async def test_an_mkv_of_unknown_length_starts_too() -> None:
     data = long_video("vp9_mkv")
     decoded = await decode_while_uploading(data, stated=False, hold_back=0.2)
@@ -145,9 +170,26 @@ async def test_a_failed_upload_ends_decoding_with_why() -> None:
     )
     upload.fail(ConnectionResetError("the client went away"))
     with pytest.raises(ConnectionResetError, match="went away"):
-        async for _ in read_chunks(reader, executor):
+        async for _ in read_as_decoded(reader, executor, limit=4):
             pass
     executor.shutdown(wait=False)
+
+
+async def test_a_caller_that_leaves_stops_decoding_and_the_reader_is_closed() -> None:
+    data = long_video("vp9_webm")
+    upload = UploadStream()
+    await upload.append(data[: len(data) * 3 // 4])
+    executor = ThreadPoolExecutor(1)
+    loop = asyncio.get_running_loop()
+    reader = await loop.run_in_executor(
+        executor, CpuVideoReader, upload, EVERY_5, GEOMETRY, VideoLimits(), 1
+    )
+    chunks = read_as_decoded(reader, executor, limit=2)
+    await anext(chunks)
+    await chunks.aclose()  # the decoding thread may wait for room, or for the sender
+    upload.fail(ConnectionResetError("the caller left"))  # what a service does then
+    await wait_for_state(lambda: upload.released, TIMEOUT_S, "the reader to be closed")
+    executor.shutdown(wait=True)
 
 
 async def test_limits_apply_while_the_upload_arrives() -> None:

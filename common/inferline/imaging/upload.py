@@ -9,8 +9,9 @@ from its end, then from its start). The disk is capped (``max_bytes``, refused b
 
 Reading:
 
-* a read of bytes that have not arrived blocks until they do, or the upload ends (then it
-  returns what there is: the end of the video), or fails;
+* a read returns what has arrived from the position on, up to the size asked for; when
+  nothing has, it waits until something does, or the upload ends (then it returns b"": the end
+  of the video), or fails;
 * ``seek`` only moves the position, so a demuxer can skip ahead of the upload;
 * ``seek(0, SEEK_END)`` answers the length once it is known: the upload ended, or its sender
   stated the length beforehand. Before that it answers -1 (length unknown), which FFmpeg takes
@@ -217,8 +218,9 @@ class UploadStream(io.BufferedIOBase):
             return target
 
     def read(self, size: int | None = -1) -> bytes:
-        """Up to ``size`` bytes from the position (all to the end for -1), waiting for them to
-        arrive; fewer only at the end of the upload; b"" once it failed or was released."""
+        """Up to ``size`` bytes from the position: those that have arrived, waiting only while
+        none has (-1: all to the end, waiting for the end); b"" at the end of the upload, and
+        once it failed or was released."""
         with self._state:
             start = self._position
             wanted = None if size is None or size < 0 else size
@@ -251,7 +253,7 @@ class UploadStream(io.BufferedIOBase):
     def _readable_now(self, start: int, wanted: int | None) -> bool:
         if self._error is not None or self._released or self._ended or wanted == 0:
             return True
-        return wanted is not None and start + wanted <= self._written
+        return wanted is not None and start < self._written
 
     def head(self, count: int) -> bytes:
         """The first ``count`` bytes (fewer if the video is shorter), waiting for them; the

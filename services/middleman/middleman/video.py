@@ -31,7 +31,7 @@ from tritonclient.utils import InferenceServerException
 
 from inferline.errors import InferError, from_upstream, invalid
 from inferline.imaging.decode import DecodeError, Geometry
-from inferline.imaging.streaming import VideoReader, read_chunks
+from inferline.imaging.streaming import VideoReader, read_as_decoded, read_chunks
 from inferline.imaging.upload import UploadStream
 from inferline.imaging.video import CpuVideoReader, FrameChunk, Sampling, VideoLimits
 from inferline.sequence import SIZE_PARAMETER, Chunk, ChunkedVideo, IncompleteSequence, spooled
@@ -102,7 +102,7 @@ class InProcessFrames:
             raise invalid(f"video: {exc}") from None
         # Its reads wait for the sender: a thread of its own, never one the others need.
         executor = ThreadPoolExecutor(1, thread_name_prefix="video-upload")
-        frames = self._decoded(upload, sampling, executor)
+        frames = self._decoded(upload, sampling, executor, as_decoded=True)
         try:
             async with spooled(video, upload):
                 yield frames
@@ -116,17 +116,29 @@ class InProcessFrames:
             executor.shutdown(wait=False)
 
     async def _decoded(
-        self, source: bytes | UploadStream, sampling: Sampling, executor: ThreadPoolExecutor
+        self,
+        source: bytes | UploadStream,
+        sampling: Sampling,
+        executor: ThreadPoolExecutor,
+        as_decoded: bool = False,
     ) -> AsyncGenerator[FrameChunk, None]:
+        """``source``'s frames a chunk at a time; ``as_decoded``: each frame leaves as soon as
+        it is decoded, batched up to a chunk only while the caller is busy (an upload)."""
         loop = asyncio.get_running_loop()
+        chunk = 1 if as_decoded else self.chunk
 
         def open_reader() -> VideoReader:
-            return CpuVideoReader(source, sampling, self.geometry, self.limits, self.chunk)
+            return CpuVideoReader(source, sampling, self.geometry, self.limits, chunk)
 
         try:
             reader = await loop.run_in_executor(executor, open_reader)
-            async for chunk, _ in read_chunks(reader, executor):
-                yield chunk
+            if as_decoded:
+                decoded = read_as_decoded(reader, executor, self.chunk)
+            else:
+                decoded = read_chunks(reader, executor)
+            async with contextlib.aclosing(decoded):  # stops decoding when the caller does
+                async for frames, _ in decoded:
+                    yield frames
         except DecodeError as exc:
             raise invalid(f"video: {exc}") from None
 

@@ -50,4 +50,5 @@ class CpuVideoBackend:
         return CpuVideoReader(data, sampling, self.geometry, self.limits, self.chunk)
 
     def open_stream(self, upload: UploadStream, sampling: Sampling) -> VideoReader:
-        return CpuVideoReader(upload, sampling, self.geometry, self.limits, self.chunk)
+        # A frame a read: read_as_decoded batches them up to a chunk while its caller is busy
+        return CpuVideoReader(upload, sampling, self.geometry, self.limits, chunk=1)

@@ -13,13 +13,11 @@ with INVALID_ARGUMENT.
 A video may also come in chunks, one request each, with the sequence parameters of
 :mod:`inferline.sequence` (sampling, geometry and outputs on the first chunk): it is spooled to a
 temporary file as it arrives and decoded while it does (on the CPU, whatever the backend), its
-frames streamed back while later chunks are still arriving. When the spool is a window ahead of
-the decoder, the stream is not read (flow control slows the sender). The spool is capped
-(``max_video_stream_bytes``); frames and duration are limited as for a whole video.
-
-Either model's request parameters ``resize`` and ``crop`` choose the geometry (each model behind
-middleman has its own input size); without them the configured one applies
-(:mod:`preprocess.geometries`).
+frames streamed back while later chunks are still arriving: each response holds what was
+decoded since the last (up to ``video_chunk_frames``), so a frame leaves as soon as it is
+decoded unless the stream is busy. When the spool is a window ahead of the decoder, the stream
+is not read (flow control slows the sender). The spool is capped (``max_video_stream_bytes``);
+frames and duration are limited as for a whole video.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +40,7 @@ from inferline import kserve
 from inferline.admission import Admission, Overloaded, Ticket
 from inferline.errors import InferError, grpc_boundary, grpc_stream_boundary, invalid
 from inferline.imaging.decode import DecodeError, Geometry
-from inferline.imaging.streaming import VideoReader, read_chunks
+from inferline.imaging.streaming import read_as_decoded, read_chunks
 from inferline.imaging.upload import UploadStream
 from inferline.imaging.video import FrameChunk, Sampling
 from inferline.sequence import ChunkedVideo, chunked, spooled
@@ -70,6 +68,7 @@ class ServiceSettings:
     video_threads: int
     admission: Admission  # hard bounds only: requests and bytes decoding at once
     max_stream_bytes: int = 2 * 1024 * 1024 * 1024  # a video in chunks, spooled to disk
+    video_chunk: int = 16  # frames a response, at most
 
 
 class PreprocessService(KServeServicer):
@@ -262,7 +261,8 @@ class PreprocessService(KServeServicer):
                 backend = reader.backend
                 metrics.BYTES_IN.labels(backend, "video").inc(len(data))
                 logger.debug("video %r: %s, sampling %s", request.id, reader.header, sampling)
-                async for chunk in self._chunks(request, reader, self.executor, wanted):
+                decoded = read_chunks(reader, self.executor)
+                async for chunk in self._responses(request, decoded, wanted, backend):
                     yield chunk
             except DecodeError as exc:
                 metrics.ERRORS.labels(backend, "video", exc.kind).inc()
@@ -292,7 +292,9 @@ class PreprocessService(KServeServicer):
                         executor, backends.open_stream, upload, sampling
                     )
                     logger.debug("video %r in chunks: %s, %s", video.id, reader.header, sampling)
-                    async for chunk in self._chunks(first, reader, executor, wanted):
+                    limit = self.settings.video_chunk
+                    decoded = read_as_decoded(reader, executor, limit)
+                    async for chunk in self._responses(first, decoded, wanted, backend):
                         yield chunk
                 upload.release()  # decoded: what still arrives is read and dropped
                 crop = geometry.crop
@@ -309,20 +311,20 @@ class PreprocessService(KServeServicer):
             executor.shutdown(wait=False)
             metrics.BYTES_IN.labels(backend, "video").inc(upload.written)
 
-    async def _chunks(
+    async def _responses(
         self,
         request: service_pb2.ModelInferRequest,
-        reader: VideoReader,
-        executor: ThreadPoolExecutor,
+        decoded: AsyncGenerator[tuple[FrameChunk, float], None],
         wanted: list[str],
+        backend: str,
     ) -> AsyncIterator[service_pb2.ModelInferResponse]:
-        """A response for each chunk of ``reader``'s sampled frames, as each is decoded."""
-        backend = reader.backend
-        async for chunk, seconds in read_chunks(reader, executor):
-            metrics.DECODE_SECONDS.labels(backend, "video").observe(seconds)
-            metrics.FRAMES.labels(backend).inc(len(chunk))
-            metrics.BYTES_OUT.labels(backend, "video").inc(chunk.tensors.nbytes)
-            yield self._chunk_response(request, chunk, wanted, final=False)
+        """A response for each chunk of sampled frames, as each is decoded."""
+        async with contextlib.aclosing(decoded):  # stops decoding when the caller does
+            async for chunk, seconds in decoded:
+                metrics.DECODE_SECONDS.labels(backend, "video").observe(seconds)
+                metrics.FRAMES.labels(backend).inc(len(chunk))
+                metrics.BYTES_OUT.labels(backend, "video").inc(chunk.tensors.nbytes)
+                yield self._chunk_response(request, chunk, wanted, final=False)
 
     @staticmethod
     def _no_frames(crop: int) -> FrameChunk:

@@ -104,7 +104,7 @@ async def test_a_video_in_chunks_gives_the_frames_of_the_whole_file(
     assert len(chunks(data)) > 3
     assert frames(chunked)[0] == frames(whole)[0] == [0, 5, 10, 15, 20, 25]  # 2 fps
     np.testing.assert_array_equal(frames(chunked)[1], frames(whole)[1])
-    assert finals(chunked) == [False, False, True]
+    assert finals(chunked)[-1] and not any(finals(chunked)[:-1])
 
 
 async def test_frames_come_back_before_the_last_chunk_is_sent(
@@ -141,7 +141,8 @@ async def test_a_sampling_done_early_answers_at_once_and_drains_the_rest(
 ) -> None:
     data = video("vp9_webm", frames=100)
     results = await send(client, chunks(data, max_frames=2), hold_last_until_a_result=True)
-    assert frames(results)[0] == [0, 5] and finals(results) == [False, True]
+    assert frames(results)[0] == [0, 5]
+    assert finals(results)[-1] and not any(finals(results)[:-1])
 
 
 @pytest.mark.parametrize(
