@@ -1,4 +1,5 @@
-"""``python -m demo_client``: drive load at the public endpoint and show images/s."""
+"""``python -m demo_client``: drive load at the public endpoint and show images/s; classify a
+few files; or stream a video in chunks and show each sampled frame's label (``--video``)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from tritonclient.utils import InferenceServerException
@@ -22,12 +24,21 @@ from demo_client.client import NotReadyError, describe, open_clients, wait_ready
 from demo_client.load import LoadConfig, run_load
 from demo_client.samples import DEFAULT_DEST, SamplesError, build_samples, image_files
 from demo_client.stats import Recorder, Summary
+from demo_client.video import (
+    DEFAULT_CHUNK_BYTES,
+    VIDEO_MODEL,
+    FrameLabel,
+    Sampling,
+    VideoStream,
+    summarize,
+)
+from demo_client.video_view import VideoInfo, VideoView, video_summary_table
 from demo_client.view import LiveView, RunInfo, summary_table
 
 logger = logging.getLogger(__name__)
 
 EXIT_OK = 0
-EXIT_FAILED = 1  # every request failed, a file could not be classified, no images
+EXIT_FAILED = 1  # every request failed, a file could not be classified, no images, a video refused
 EXIT_USAGE = 2  # argparse's own
 EXIT_NOT_READY = 3  # the server never answered, or never became ready
 EXIT_INTERRUPTED = 130
@@ -66,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m demo_client",
         description="Send images to inferline's public endpoint (KServe v2 gRPC) and show "
-        "images/s and latency live; or classify a few files.",
+        "images/s and latency live; or classify a few files; or stream a video in chunks and "
+        "show each sampled frame's label.",
     )
     add = parser.add_argument
     add(
@@ -75,7 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("INFERLINE_TARGET", DEFAULT_TARGET),
         help="host:port of the endpoint (env INFERLINE_TARGET; default %(default)s)",
     )
-    add("--model", metavar="NAME", default="classifier", help="model name (default %(default)s)")
+    add(
+        "--model",
+        metavar="NAME",
+        default=None,
+        help=f"model name (default classifier, or {VIDEO_MODEL} with --video)",
+    )
     add(
         "--images",
         metavar="DIR",
@@ -152,6 +169,24 @@ def build_parser() -> argparse.ArgumentParser:
         default=5,
         help="classes per file for --classify (default 5)",
     )
+    add(
+        "--video",
+        type=Path,
+        metavar="FILE",
+        help="instead of load, stream FILE (mp4, mkv, webm) in chunks and show each sampled "
+        "frame's label as it is classified, the upload's progress and frames/s",
+    )
+    add(
+        "--chunk-bytes",
+        metavar="N",
+        type=_positive_int,
+        default=DEFAULT_CHUNK_BYTES,
+        help="bytes per chunk for --video (default %(default)s); the server's message limit "
+        "bounds it",
+    )
+    add("--fps", metavar="R", type=_positive_float, help="--video: frames to classify a second")
+    add("--every-n", metavar="N", type=_positive_int, help="--video: classify every Nth frame")
+    add("--max-frames", metavar="N", type=_positive_int, help="--video: classify at most N")
     add("-v", "--verbose", action="store_true", help="debug logging on stderr")
     return parser
 
@@ -289,9 +324,79 @@ async def classify_command(args: argparse.Namespace) -> int:
     return EXIT_FAILED if failed else EXIT_OK
 
 
+async def video_command(args: argparse.Namespace) -> int:
+    """Stream one video in chunks; print each classified frame (or one JSON object)."""
+    try:
+        args.video.stat()  # before waiting for the server: a typo fails at once
+    except OSError as exc:
+        raise UserError(f"cannot read --video {args.video}: {exc.strerror or exc}") from exc
+    info = VideoInfo(target=args.target, model=args.model)
+    sampling = Sampling(fps=args.fps, every_n=args.every_n, max_frames=args.max_frames)
+    console = None if args.json else Console()
+    frames: list[FrameLabel] = []
+    failure: str | None = None
+    async with open_clients(args.target) as clients:
+        await _wait_ready(clients[0], args, console)
+        try:
+            stream = VideoStream(clients[0], args.video, args.chunk_bytes, sampling, args.model)
+        except OSError as exc:
+            raise UserError(f"cannot read --video {args.video}: {exc.strerror or exc}") from exc
+        view = None if console is None else VideoView(stream, info, console)
+        done = asyncio.Event()
+        shown = asyncio.create_task(view.run(done)) if view is not None else None
+        stop = asyncio.Event()
+        try:
+            with _stop_on_signals(stop):
+                await _unless_stopped(_receive(stream, frames, view), stop)
+        except InferenceServerException as exc:
+            failure = f"{args.video}: {describe(exc)}"
+        except OSError as exc:
+            failure = f"cannot read --video {args.video}: {exc.strerror or exc}"
+        finally:
+            done.set()
+            if shown is not None:
+                await shown
+    summary = summarize(stream, frames)
+    if console is None:
+        print(json.dumps({**summary.to_dict(), "target": info.target, "model": info.model}))
+    else:
+        console.print(video_summary_table(summary, info))
+    if failure is not None:
+        _error(failure)
+        return EXIT_FAILED
+    return EXIT_OK if summary.complete else EXIT_INTERRUPTED
+
+
+async def _unless_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> None:
+    """Run ``work`` to its end, or until ``stop`` is set (Ctrl-C): then cancel it."""
+    task = asyncio.create_task(work)
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if not task.cancelled():
+        task.result()
+
+
+async def _receive(stream: VideoStream, frames: list[FrameLabel], view: VideoView | None) -> None:
+    async for frame in stream:
+        frames.append(frame)
+        if view is not None:
+            view.add(frame)
+
+
 async def amain(args: argparse.Namespace) -> int:
     """Run the command that ``args`` asks for; map user errors to exit codes."""
+    if args.model is None:
+        args.model = VIDEO_MODEL if args.video else "classifier"
     try:
+        if args.video:
+            return await video_command(args)
         if args.classify:
             return await classify_command(args)
         return await load_command(args)
