@@ -6,6 +6,7 @@ its last request back until the first result has arrived (the test fails if it n
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -67,6 +68,7 @@ async def send(
     hold_last_until_a_result: bool = False,
     keep_open: bool = False,
     timeout_s: float = TIMEOUT_S,
+    timings: dict[str, float] | None = None,
 ) -> list[triton.InferResult]:
     """Stream ``requests`` and collect the results (an error result fails the test).
 
@@ -75,12 +77,18 @@ async def send(
     ``keep_open``: the stream is not half-closed until the server has ended the call. A refusal
     is then the server's own status: grpc's aio client reports INTERNAL ("Internal error from
     Core") instead when one of its writes, or its half-close, races with the status arriving.
+    ``timings`` gets seconds from the start: ``first_result_s``, ``held_back_s`` (all but the
+    last request handed to gRPC), ``done_s``.
     """
+    timings = {} if timings is None else timings
+    start = time.perf_counter()
     first_result, ended = asyncio.Event(), asyncio.Event()
     withheld: list[int] = []  # the last request, never sent: no result came before it
 
     async def iterate() -> AsyncIterator[Request]:
         for index, item in enumerate(requests):
+            if index == len(requests) - 1:
+                timings["held_back_s"] = time.perf_counter() - start
             if hold_last_until_a_result and index == len(requests) - 1:
                 try:
                     await asyncio.wait_for(first_result.wait(), timeout_s)
@@ -96,6 +104,8 @@ async def send(
         async for result, error in client.stream_infer(iterate()):
             assert error is None, error
             results.append(result)
+            if not first_result.is_set():
+                timings["first_result_s"] = time.perf_counter() - start
             first_result.set()
     except BaseException as exc:
         if withheld:
@@ -106,6 +116,7 @@ async def send(
         raise
     finally:
         ended.set()
+    timings["done_s"] = time.perf_counter() - start
     return results
 
 
