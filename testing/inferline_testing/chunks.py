@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 import tritonclient.grpc.aio as triton
+from tritonclient.grpc import service_pb2
+from tritonclient.grpc._utils import _get_inference_request
 
 Request = dict[str, Any]
 TIMEOUT_S = 120.0
@@ -128,3 +130,20 @@ def finals(results: list[triton.InferResult]) -> list[bool]:
 def frame_indices(results: list[triton.InferResult]) -> list[int]:
     """FRAME_INDEX of every result, in order."""
     return [int(i) for r in results for i in r.as_numpy("FRAME_INDEX").ravel()]
+
+
+def protobuf(request: Request) -> service_pb2.ModelInferRequest:
+    """``request`` as the ModelInferRequest tritonclient sends, for the generated stub."""
+    return _get_inference_request(
+        model_name=request["model_name"],
+        inputs=request["inputs"],
+        model_version="",
+        request_id="",
+        outputs=request.get("outputs"),
+        sequence_id=request.get("sequence_id", 0),
+        sequence_start=request.get("sequence_start", False),
+        sequence_end=request.get("sequence_end", False),
+        priority=0,
+        timeout=None,
+        parameters=request.get("parameters"),
+    )

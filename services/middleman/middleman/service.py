@@ -195,12 +195,19 @@ class ClassifierService(KServeServicer):
         """``classifier_video``: one video per request, or per sequence of chunks (read here
         and, while its frames are classified, by the video's forwarding or spool)."""
         stream = aiter(requests)
+        answering = False  # response headers sent
         async for request in stream:
             self._video_request(request)
             counts = outputs.video_requested(request, self.video_top_k)
             video: Video | None = chunked(request, stream, self._video_chunk)
             if video is None:
                 video = inputs.video(request)
+            elif not answering:
+                # Headers now, not with the first frame: a proxy in front (Envoy) keeps a
+                # request's body to retry it until the response begins, up to the message
+                # limit; a video in chunks cannot be retried, and its chunks need not be kept.
+                await context.send_initial_metadata(())
+                answering = True
             remaining = context.time_remaining()
             budget = Budget.start(remaining, self.default_timeout)
             # A video's frames are not known before it is opened: it counts against the hard
@@ -213,6 +220,7 @@ class ClassifierService(KServeServicer):
                     async for frame in frames:
                         response = outputs.frame_response(request.id, counts, frame, labels)
                         FRAMES.labels(VIDEO_MODEL).inc()
+                        answering = True
                         yield service_pb2.ModelStreamInferResponse(infer_response=response)
 
     def _video_request(self, request: service_pb2.ModelInferRequest) -> None:

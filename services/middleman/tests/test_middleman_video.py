@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 import pytest
 import tritonclient.grpc.aio as triton
+from tritonclient.grpc import service_pb2_grpc
 
 from inferline_testing import chunks as chunks_
 from inferline_testing import media
@@ -196,3 +197,22 @@ async def test_a_broken_stream_leaves_the_others_alone(
     )
     assert frame_indices(good) == [0, 5, 10, 15, 20, 25]
     assert "sequence_id 9 while sequence 7 is open" in (error.details() or "")
+
+
+async def test_response_headers_go_out_with_the_first_chunk(make_middleman: MakeMiddleman) -> None:
+    # A proxy in front keeps a request's body for retries until the response begins: it must
+    # begin at once, not with the first frame (Envoy would keep up to 64 MiB of each upload).
+    url = await make_middleman(preprocess_url="")
+    first_chunk = chunks(video(100))[0]
+    sent = asyncio.Event()
+
+    async def requests() -> AsyncIterator[Any]:
+        yield chunks_.protobuf(first_chunk)
+        sent.set()
+        await asyncio.Event().wait()  # the rest never comes; the call is cancelled
+
+    async with grpc.aio.insecure_channel(url) as channel:
+        call = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(requests())
+        await asyncio.wait_for(call.initial_metadata(), chunks_.TIMEOUT_S)
+        assert sent.is_set()
+        call.cancel()

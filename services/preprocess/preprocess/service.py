@@ -219,13 +219,20 @@ class PreprocessService(KServeServicer):
         self, requests: AsyncIterator[service_pb2.ModelInferRequest], context: Context
     ) -> AsyncIterator[service_pb2.ModelStreamInferResponse]:
         stream = aiter(requests)  # read here and, for a video in chunks, by its spool
+        answering = False  # response headers sent
         async for request in stream:
             video = chunked(request, stream, self._video_bytes)
             if video is None:
                 responses = self._video(request, context)
             else:
                 responses = self._video_upload(request, video, context)
+                if not answering:
+                    # Headers now: a proxy in front (Envoy) keeps a request's body to retry it
+                    # until the response begins; a video in chunks cannot be retried.
+                    await context.send_initial_metadata(())
+                    answering = True
             async for response in responses:
+                answering = True
                 yield service_pb2.ModelStreamInferResponse(infer_response=response)
 
     def _video_bytes(self, request: service_pb2.ModelInferRequest) -> bytes:

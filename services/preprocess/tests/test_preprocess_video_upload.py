@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import pytest_asyncio
 import tritonclient.grpc.aio as triton
+from tritonclient.grpc import service_pb2_grpc
 
 from inferline_testing import chunks as chunks_
 from inferline_testing import media
@@ -195,3 +196,19 @@ async def test_a_broken_stream_leaves_the_others_alone(
     )
     assert frames(good)[0] == [0, 5, 10, 15, 20, 25]
     assert "sequence_id 9 while sequence 7 is open" in bad
+
+
+async def test_response_headers_go_out_with_the_first_chunk(url: str) -> None:
+    # A proxy in front keeps a request's body for retries until the response begins.
+    sent = asyncio.Event()
+
+    async def requests() -> AsyncIterator[Any]:
+        yield chunks_.protobuf(chunks(video("vp9_webm", frames=100))[0])
+        sent.set()
+        await asyncio.Event().wait()  # the rest never comes; the call is cancelled
+
+    async with grpc.aio.insecure_channel(url) as channel:
+        call = service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(requests())
+        await asyncio.wait_for(call.initial_metadata(), 60)
+        assert sent.is_set()
+        call.cancel()
