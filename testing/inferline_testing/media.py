@@ -227,9 +227,6 @@ def make_video(
         return path.read_bytes()
 
 
-LARGE_NOISE_COLUMNS = 96  # each side: outside the centre crop a classifier sees
-
-
 def large_video(
     min_bytes: int,
     container: str = "mkv",
@@ -240,16 +237,16 @@ def large_video(
 ) -> bytes:
     """A video of at least ``min_bytes`` and ``min_seconds`` (FFmpeg reads up to 5 s of a video
     before its first frame: a shorter one cannot show frames arriving before its end) that
-    classifies as a cat: the cat photo panning slowly
-    in the middle, fresh noise in a strip on each side, lossless H.264 (the noise does not
-    compress, so the size is what is asked), in ``container`` (``mkv``, or ``mp4`` with its
+    classifies as a cat: the cat photo panning slowly in the middle (wide enough for the centre
+    crop a classifier sees), fresh noise in a strip on each side, lossless H.264 (the noise does
+    not compress, so the size is what is asked), in ``container`` (``mkv``, or ``mp4`` with its
     index first). Frames are piped to the ffmpeg CLI one at a time.
 
     Raises LookupError without the ffmpeg CLI.
     """
     if FFMPEG is None:
         raise LookupError("large_video needs the ffmpeg CLI (apt-get install ffmpeg)")
-    noise_px = 2 * LARGE_NOISE_COLUMNS * height
+    noise_px = (width - _middle(width, height)) * height
     frames = math.ceil(min_bytes / (noise_px * 2.0)) + 10  # ~2 B a noise pixel, all told
     frames = max(frames, math.ceil(min_seconds * fps))
     while True:
@@ -259,9 +256,16 @@ def large_video(
         frames = math.ceil(frames * min_bytes / len(data) * 1.1)
 
 
+def _middle(width: int, height: int) -> int:
+    """Columns the cat keeps: the centre crop (224 of the shorter side's 256) of a landscape
+    frame spans 7/8 of its height in width; a little more, even."""
+    return min(width, 2 * math.ceil(0.45 * height))
+
+
 def _large_video(frames: int, container: str, width: int, height: int, fps: float) -> bytes:
     assert FFMPEG is not None
-    middle = width - 2 * LARGE_NOISE_COLUMNS
+    middle = _middle(width, height)
+    left = (width - middle) // 2
     cat = photo()
     scaled = cv2.resize(cat, (round(cat.shape[1] * height / cat.shape[0]), height))
     travel = max(scaled.shape[1] - middle, 1)
@@ -281,7 +285,6 @@ def _large_video(frames: int, container: str, width: int, height: int, fps: floa
                 offset = i % (2 * travel)
                 offset = offset if offset < travel else 2 * travel - offset  # back and forth
                 frame = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
-                left = LARGE_NOISE_COLUMNS
                 frame[:, left : left + middle] = scaled[:, offset : offset + middle]
                 ffmpeg.stdin.write(frame.tobytes())
             ffmpeg.stdin.close()
