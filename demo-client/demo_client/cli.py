@@ -1,4 +1,5 @@
-"""``python -m demo_client``: drive load at the public endpoint and show images/s."""
+"""``python -m demo_client``: drive load at the public endpoint and show images/s; classify a
+few files; or stream a video in chunks and show each sampled frame's label (``--video``)."""
 
 from __future__ import annotations
 
@@ -10,28 +11,38 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from tritonclient.utils import InferenceServerException
 
 from demo_client.classify import Prediction, classify, format_prediction, labelled_requests
 from demo_client.client import NotReadyError, describe, open_clients, wait_ready
-from demo_client.dashboard import WINDOW_S, Dashboard
+from demo_client.dashboard import WINDOW_S, Dashboard, Frame
 from demo_client.envoy_hosts import DEFAULT_ADMIN, DEFAULT_CLUSTER
 from demo_client.load import LoadConfig, RequestFactory, image_requests, run_load
 from demo_client.samples import DEFAULT_DEST, SamplesError, build_samples, image_files
 from demo_client.stats import Recorder, Summary
 from demo_client.transports import TRANSPORTS, ClientTls
+from demo_client.video import (
+    DEFAULT_CHUNK_BYTES,
+    VIDEO_MODEL,
+    FrameLabel,
+    Sampling,
+    VideoStream,
+    summarize,
+)
+from demo_client.video_view import VideoInfo, VideoView, video_summary_table
 from demo_client.view import LiveView, RunInfo, summary_table
 from demo_client.web import WebView
 
 logger = logging.getLogger(__name__)
 
 EXIT_OK = 0
-EXIT_FAILED = 1  # every request failed, a file could not be classified, no images
+EXIT_FAILED = 1  # every request failed, a file could not be classified, no images, a video refused
 EXIT_USAGE = 2  # argparse's own
 EXIT_NOT_READY = 3  # the server never answered, or never became ready
 EXIT_INTERRUPTED = 130
@@ -80,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m demo_client",
         description="Send images to inferline's public endpoint (KServe v2 gRPC) and show "
-        "images/s and latency live; or classify a few files.",
+        "images/s and latency live; or classify a few files; or stream a video in chunks and "
+        "show each sampled frame's label.",
     )
     add = parser.add_argument
     add(
@@ -89,7 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("INFERLINE_TARGET", DEFAULT_TARGET),
         help="host:port of the endpoint (env INFERLINE_TARGET; default %(default)s)",
     )
-    add("--model", metavar="NAME", default="classifier", help="model name (default %(default)s)")
+    add(
+        "--model",
+        metavar="NAME",
+        default=None,
+        help=f"model name (default classifier, or {VIDEO_MODEL} with --video)",
+    )
     add(
         "--protocol",
         choices=sorted(TRANSPORTS),
@@ -228,6 +245,24 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_CLUSTER,
         help="the Envoy cluster whose endpoints get a line each (default %(default)s)",
     )
+    add(
+        "--video",
+        type=Path,
+        metavar="FILE",
+        help="instead of load, stream FILE (mp4, mkv, webm) in chunks and show each sampled "
+        "frame's label as it is classified, the upload's progress and frames/s",
+    )
+    add(
+        "--chunk-bytes",
+        metavar="N",
+        type=_positive_int,
+        default=DEFAULT_CHUNK_BYTES,
+        help="bytes per chunk for --video (default %(default)s); the server's message limit "
+        "bounds it",
+    )
+    add("--fps", metavar="R", type=_positive_float, help="--video: frames to classify a second")
+    add("--every-n", metavar="N", type=_positive_int, help="--video: classify every Nth frame")
+    add("--max-frames", metavar="N", type=_positive_int, help="--video: classify at most N")
     add("-v", "--verbose", action="store_true", help="debug logging on stderr")
     return parser
 
@@ -436,9 +471,140 @@ def client_tls(args: argparse.Namespace) -> ClientTls | None:
     return ClientTls(text(args.ca), text(args.cert), text(args.key))
 
 
+async def video_command(args: argparse.Namespace) -> int:
+    """Stream one video in chunks; print each classified frame (or one JSON object), and with
+    --web show them on the page too."""
+    if args.protocol != "grpc":
+        raise UserError("--video streams over gRPC (ModelStreamInfer): REST has no streaming")
+    try:
+        args.video.stat()  # before waiting for the server: a typo fails at once
+    except OSError as exc:
+        raise UserError(f"cannot read --video {args.video}: {exc.strerror or exc}") from exc
+    info = VideoInfo(target=args.target, model=args.model)
+    sampling = Sampling(fps=args.fps, every_n=args.every_n, max_frames=args.max_frames)
+    console = None if args.json else Console()
+    frames: list[FrameLabel] = []
+    failure: str | None = None
+    page = VideoPage(args) if args.web else None
+    async with contextlib.AsyncExitStack() as exits:
+        if page is not None:
+            await _serve(page.web, args, exits)
+        clients = await exits.enter_async_context(open_clients(args.target, tls=client_tls(args)))
+        await _wait_ready(clients[0], args, console, None if page is None else page.board)
+        try:
+            stream = VideoStream(clients[0], args.video, args.chunk_bytes, sampling, args.model)
+        except OSError as exc:
+            raise UserError(f"cannot read --video {args.video}: {exc.strerror or exc}") from exc
+        view = None if console is None else VideoView(stream, info, console)
+        done = asyncio.Event()
+        shown = asyncio.create_task(view.run(done)) if view is not None else None
+        stop = asyncio.Event()
+        if page is not None:
+            page.started(stream)
+        try:
+            with _stop_on_signals(stop):
+                await _unless_stopped(_receive(stream, frames, view, page), stop)
+        except InferenceServerException as exc:
+            failure = f"{args.video}: {describe(exc)}"
+        except OSError as exc:
+            failure = f"cannot read --video {args.video}: {exc.strerror or exc}"
+        finally:
+            done.set()
+            if shown is not None:
+                await shown
+            if page is not None:
+                page.finished(failure)
+    summary = summarize(stream, frames)
+    if console is None:
+        print(json.dumps({**summary.to_dict(), "target": info.target, "model": info.model}))
+    else:
+        console.print(video_summary_table(summary, info))
+    if failure is not None:
+        _error(failure)
+        return EXIT_FAILED
+    return EXIT_OK if summary.complete else EXIT_INTERRUPTED
+
+
+class VideoPage:
+    """The web view of a video run: each classified frame is an item done (the chart shows
+    frames/s; "latency" is the time between answers), with the upload's progress."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.file = args.video.name
+        self.recorder = Recorder(concurrency=1, batch=1)
+        run = {
+            "target": args.target,
+            "model": args.model,
+            "video": self.file,
+            "chunk_bytes": args.chunk_bytes,
+            "window_s": WINDOW_S,
+            "envoy_admin": args.envoy_admin or None,
+            "cluster": args.envoy_cluster,
+        }
+        self.board = Dashboard(run, [])
+        self.web = WebView(self.board, self.recorder, [], args.envoy_admin or None,
+                           args.envoy_cluster)  # fmt: skip
+        self.answered = 0.0  # elapsed_s of the last answer
+
+    def started(self, stream: VideoStream) -> None:
+        self.recorder.start()
+        self.board.video(self.file, 0, stream.total_bytes)
+        self.board.running()
+
+    def frame(self, frame: FrameLabel) -> None:
+        self.recorder.record_ok(frame.elapsed_s - self.answered, 1)
+        self.answered = frame.elapsed_s
+        self.board.video(self.file, frame.bytes_sent, frame.total_bytes)
+        self.board.framed(
+            Frame(frame.index, frame.timestamp_s, frame.label, frame.score, frame.elapsed_s)
+        )
+
+    def finished(self, failure: str | None) -> None:
+        self.recorder.stop()
+        if failure is not None:
+            self.recorder.record_error("FAILED")
+        self.board.finished(failure or "finished: the video is classified")
+
+
+async def _unless_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> None:
+    """Run ``work`` to its end, or until ``stop`` is set (Ctrl-C): then cancel it."""
+    task = asyncio.create_task(work)
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if not task.cancelled():
+        task.result()
+
+
+async def _receive(
+    stream: VideoStream,
+    frames: list[FrameLabel],
+    view: VideoView | None,
+    page: VideoPage | None = None,
+) -> None:
+    async for frame in stream:
+        frames.append(frame)
+        if view is not None:
+            view.add(frame)
+        if page is not None:
+            page.frame(frame)
+
+
 async def amain(args: argparse.Namespace) -> int:
     """Run the command that ``args`` asks for; map user errors to exit codes."""
+    if args.model is None:
+        args.model = VIDEO_MODEL if args.video else "classifier"
     try:
+        if args.video:
+            if args.classify:
+                raise UserError("--video and --classify are two different runs: give one")
+            return await video_command(args)
         if args.classify:
             if args.web:
                 raise UserError("--web shows a load run; it does not go with --classify")

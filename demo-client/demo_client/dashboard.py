@@ -45,6 +45,17 @@ class Labelled:
     elapsed_s: float  # seconds into the run
 
 
+@dataclass(frozen=True)
+class Frame:
+    """A sampled frame of a video streamed in chunks, with the pipeline's top class."""
+
+    index: int
+    timestamp_s: float
+    label: str
+    score: float
+    elapsed_s: float  # into the run, when its answer came
+
+
 class ReplicaShares:
     """Each host's share of a cluster's requests over about the last ``window_s`` seconds, from
     successive samples of Envoy's cumulative per-host counters."""
@@ -137,6 +148,8 @@ class Dashboard:
         self._history: deque[_Point] = deque(maxlen=history_len)
         self._next_point: float | None = None
         self._recent: deque[Labelled] = deque(maxlen=recent_len)
+        self._frames: deque[Frame] = deque(maxlen=recent_len)
+        self._video: dict[str, Any] | None = None  # a video run: its file and upload
 
     # --- what happens --------------------------------------------------------------------------
     def waiting(self, message: str) -> None:
@@ -166,6 +179,14 @@ class Dashboard:
     def labelled(self, elapsed_s: float, image: int, label: str, score: float) -> None:
         """The pipeline's top class for image ``image`` of the run."""
         self._recent.append(Labelled(image, label, score, elapsed_s))
+
+    def video(self, file: str, bytes_sent: int, total_bytes: int) -> None:
+        """A video run: the file streamed in chunks, and how much of it has been sent."""
+        self._video = {"file": file, "bytes_sent": bytes_sent, "total_bytes": total_bytes}
+
+    def framed(self, frame: Frame) -> None:
+        """A video's sampled frame, classified."""
+        self._frames.append(frame)
 
     def tick(self, now: float, recorder: Recorder) -> None:
         """Add a point to the history when one is due (every ``history_every_s`` while the
@@ -220,6 +241,21 @@ class Dashboard:
                 "lines": lines,
             },
             "history": self._history_json(),
+            "video": None
+            if self._video is None
+            else {
+                **self._video,
+                "frames": [
+                    {
+                        "index": f.index,
+                        "timestamp_s": round(f.timestamp_s, 3),
+                        "label": f.label,
+                        "score": round(f.score, 4),
+                        "elapsed_s": round(f.elapsed_s, 2),
+                    }
+                    for f in reversed(self._frames)
+                ],
+            },
             "recent": [
                 {
                     "image": r.image,

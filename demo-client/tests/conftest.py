@@ -22,6 +22,8 @@ from inferline_testing.ports import free_port
 
 MODEL = "classifier"
 PIXELS = "pixels"  # takes one raw UINT8 tensor [N, ...], answers PROBS FP32 [N, CLASSES]
+VIDEO = "classifier_video"  # streamed: a frame for each chunk received, answered at once
+MODELS = (MODEL, VIDEO, PIXELS)
 CLASSES = 1000
 BAD = b"BAD"  # images starting with this are rejected with INVALID_ARGUMENT
 SLOW = b"SLOW"  # images starting with this never get an answer (the client times out)
@@ -53,6 +55,8 @@ class FakeKServe(service_pb2_grpc.GRPCInferenceServiceServicer):
         # counts only its own calls and never another test's stray ones
         self.peers: dict[bytes, set[str]] = {}
         self.pixels_seen: list[tuple[str, str, tuple[int, ...]]] = []  # (input, datatype, shape)
+        self.video_chunks: list[Any] = []  # every ModelStreamInfer request, in order
+        self.video_seen = asyncio.Event()  # set by every ModelStreamInfer request
 
     async def ServerLive(self, request: Any, context: Any) -> Any:
         return service_pb2.ServerLiveResponse(live=True)
@@ -61,12 +65,12 @@ class FakeKServe(service_pb2_grpc.GRPCInferenceServiceServicer):
         return service_pb2.ServerReadyResponse(ready=True)
 
     async def ModelReady(self, request: Any, context: Any) -> Any:
-        return service_pb2.ModelReadyResponse(ready=request.name in (MODEL, PIXELS))
+        return service_pb2.ModelReadyResponse(ready=request.name in MODELS)
 
     async def RepositoryIndex(self, request: Any, context: Any) -> Any:
         index = service_pb2.RepositoryIndexResponse.ModelIndex
         return service_pb2.RepositoryIndexResponse(
-            models=[index(name=name, version="1", state="READY") for name in (MODEL, PIXELS)]
+            models=[index(name=name, version="1", state="READY") for name in MODELS]
         )
 
     async def ModelInfer(self, req: Any, context: Any) -> Any:
@@ -116,6 +120,35 @@ class FakeKServe(service_pb2_grpc.GRPCInferenceServiceServicer):
                 tensor.shape.extend([len(images), CLASSES])
                 response.raw_output_contents.append(probs.tobytes())
         return response
+
+    async def ModelStreamInfer(self, requests: Any, context: Any) -> Any:
+        """``classifier_video``: for each chunk received, at once, a frame (FRAME_INDEX 10 x the
+        chunk's number in its video, TIMESTAMP its number) labelled tabby; the chunk with
+        sequence_end (or a video without sequence parameters) gets the final one. A video
+        starting with BAD is refused; one starting with SLOW is never answered."""
+        index = 0
+        async for req in requests:
+            self.video_chunks.append(req)
+            self.video_seen.set()
+            data = bytes(deserialize_bytes_tensor(req.raw_input_contents[0])[0])
+            if index == 0 and data.startswith(BAD):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "video: not a video")
+            if index == 0 and data.startswith(SLOW):
+                await self.never.wait()
+            params = req.parameters
+            end = "sequence_end" not in params or params["sequence_end"].bool_param
+            response = service_pb2.ModelInferResponse(model_name=VIDEO, id=req.id)
+            top = np.array([[b"0.900000:281:tabby"]], dtype=np.object_)
+            for name, datatype, shape, raw in (
+                ("FRAME_INDEX", "INT64", [1], np.array([index * 10], np.int64).tobytes()),
+                ("TIMESTAMP", "FP64", [1], np.array([index], np.float64).tobytes()),
+                ("PROBABILITIES", "BYTES", [1, 1], serialize_byte_tensor(top).item()),
+            ):
+                response.outputs.add(name=name, datatype=datatype, shape=shape)
+                response.raw_output_contents.append(raw)
+            response.parameters["triton_final_response"].bool_param = end
+            yield service_pb2.ModelStreamInferResponse(infer_response=response)
+            index = 0 if end else index + 1
 
     async def pixels(self, req: Any, context: Any) -> Any:
         """One raw UINT8 tensor in, ``[N, CLASSES]`` zeros out for each requested output."""

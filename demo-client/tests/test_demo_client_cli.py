@@ -187,7 +187,9 @@ async def test_an_unknown_model_fails_at_once_naming_the_served_ones(
         "--target", target, "--model", "nope", "--classify", "x.jpg", "--wait", "0", cwd=tmp_path
     )
     assert r.rc == 3
-    assert "model 'nope' is not served there; it serves classifier, pixels" in r.err
+    assert (
+        "model 'nope' is not served there; it serves classifier, classifier_video, pixels" in r.err
+    )
 
 
 async def test_missing_default_image_dir_is_built(target: str, tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from demo_client.dashboard import Dashboard, HostCounters, ReplicaShares
+from demo_client.dashboard import Dashboard, Frame, HostCounters, ReplicaShares
 from demo_client.envoy_hosts import parse_hosts
 from demo_client.stats import Recorder
 
@@ -197,3 +197,19 @@ def test_parse_hosts_of_one_cluster() -> None:
     assert parse_hosts(CLUSTERS, "batcher") == []
     assert parse_hosts(CLUSTERS, "nope") is None
     assert parse_hosts({}, "triton") is None
+
+
+def test_a_video_run_shows_its_upload_and_its_frames_newest_first() -> None:
+    board = Dashboard({"target": "t", "model": "classifier_video"}, [], recent_len=2)
+    recorder = Recorder(concurrency=1, batch=1)
+    assert board.snapshot(recorder)["video"] is None  # an image run has none
+    board.video("cat.webm", 0, 1000)
+    for index in (0, 5, 10):
+        board.framed(Frame(index, index / 10, "tabby", 0.5, index / 100))
+    board.video("cat.webm", 600, 1000)
+    video = json.loads(json.dumps(board.snapshot(recorder)))["video"]
+    assert (video["file"], video["bytes_sent"], video["total_bytes"]) == ("cat.webm", 600, 1000)
+    assert [f["index"] for f in video["frames"]] == [10, 5]  # the newest, at most recent_len
+    assert video["frames"][0] == {
+        "index": 10, "timestamp_s": 1.0, "label": "tabby", "score": 0.5, "elapsed_s": 0.1,
+    }  # fmt: skip

@@ -272,7 +272,7 @@ def test_parse_entry_keeps_colons_in_labels() -> None:
 async def test_wait_ready_gives_up_with_the_reason(target: str, unused_target: str) -> None:
     async with open_clients(target) as clients:
         await wait_ready(clients[0], target, "classifier", wait_s=1)
-        served = "model 'nope' is not served there; it serves classifier, pixels"
+        served = "model 'nope' is not served there; it serves classifier, classifier_video, pixels"
         with pytest.raises(NotReadyError, match=served):
             await wait_ready(clients[0], target, "nope", wait_s=0)
     for transport in (GRPC, HTTP):  # nobody there: the same answer over either transport

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import io
+import math
 import shutil
 import struct
 import subprocess
@@ -209,8 +210,13 @@ VIDEO_CODECS: dict[str, tuple[str, str]] = {
     "vp9_webm": ("webm", "cv2:VP90"),
     "vp9_mkv": ("mkv", "cv2:VP90"),
     "h264_mp4": ("mp4", "ffmpeg:libx264"),
+    "h264_faststart_mp4": ("mp4", "ffmpeg:libx264:faststart"),  # the index (moov) first
     "h265_mkv": ("mkv", "ffmpeg:libx265"),
 }
+# Which of them a decoder can start before the whole file has arrived: matroska always, an mp4
+# whose index comes first when its length is known (FFmpeg asks); an mp4 whose index is at its
+# end (mp4v and plain libx264 here) only once the index has arrived.
+PROGRESSIVE_CODECS = ("vp9_webm", "vp9_mkv", "h264_faststart_mp4", "h265_mkv")
 
 
 def video_frames(count: int, width: int = 320, height: int = 240) -> list[npt.NDArray[np.uint8]]:
@@ -227,7 +233,7 @@ def make_video(
     Raises LookupError when this machine cannot make that codec (no ffmpeg CLI).
     """
     container, how = VIDEO_CODECS[codec]
-    tool, name = how.split(":")
+    tool, name, *options = how.split(":")
     frames = video_frames(30) if frames is None else frames
     height, width = frames[0].shape[:2]
     with tempfile.TemporaryDirectory() as folder:
@@ -252,5 +258,73 @@ def make_video(
             if name != "libx265":
                 command.remove("-x265-params")
                 command.remove("log-level=error")
+            if "faststart" in options:
+                command[-1:-1] = ["-movflags", "+faststart"]
             subprocess.run(command, input=raw, check=True)
+        return path.read_bytes()
+
+
+def large_video(
+    min_bytes: int,
+    container: str = "mkv",
+    width: int = 640,
+    height: int = 480,
+    fps: float = 10.0,
+    min_seconds: float = 10.0,
+) -> bytes:
+    """A video of at least ``min_bytes`` and ``min_seconds`` (FFmpeg reads up to 5 s of a video
+    before its first frame: a shorter one cannot show frames arriving before its end) that
+    classifies as a cat: the cat photo panning slowly in the middle (wide enough for the centre
+    crop a classifier sees), fresh noise in a strip on each side, lossless H.264 (the noise does
+    not compress, so the size is what is asked), in ``container`` (``mkv``, or ``mp4`` with its
+    index first). Frames are piped to the ffmpeg CLI one at a time.
+
+    Raises LookupError without the ffmpeg CLI.
+    """
+    if FFMPEG is None:
+        raise LookupError("large_video needs the ffmpeg CLI (apt-get install ffmpeg)")
+    noise_px = (width - _middle(width, height)) * height
+    frames = math.ceil(min_bytes / (noise_px * 2.0)) + 10  # ~2 B a noise pixel, all told
+    frames = max(frames, math.ceil(min_seconds * fps))
+    while True:
+        data = _large_video(frames, container, width, height, fps)
+        if len(data) >= min_bytes:
+            return data
+        frames = math.ceil(frames * min_bytes / len(data) * 1.1)
+
+
+def _middle(width: int, height: int) -> int:
+    """Columns the cat keeps: the centre crop (224 of the shorter side's 256) of a landscape
+    frame spans 7/8 of its height in width; a little more, even."""
+    return min(width, 2 * math.ceil(0.45 * height))
+
+
+def _large_video(frames: int, container: str, width: int, height: int, fps: float) -> bytes:
+    assert FFMPEG is not None
+    middle = _middle(width, height)
+    left = (width - middle) // 2
+    cat = photo()
+    scaled = cv2.resize(cat, (round(cat.shape[1] * height / cat.shape[0]), height))
+    travel = max(scaled.shape[1] - middle, 1)
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"video.{container}"
+        command = [
+            FFMPEG, "-hide_banner", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24",
+            "-s", f"{width}x{height}", "-r", f"{fps:g}", "-i", "-", "-c:v", "libx264",
+            "-preset", "ultrafast", "-qp", "0", "-pix_fmt", "yuv420p", str(path),
+        ]  # fmt: skip
+        if container == "mp4":
+            command[-1:-1] = ["-movflags", "+faststart"]
+        with subprocess.Popen(command, stdin=subprocess.PIPE) as ffmpeg:
+            assert ffmpeg.stdin is not None
+            for i in range(frames):
+                offset = i % (2 * travel)
+                offset = offset if offset < travel else 2 * travel - offset  # back and forth
+                frame = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+                frame[:, left : left + middle] = scaled[:, offset : offset + middle]
+                ffmpeg.stdin.write(frame.tobytes())
+            ffmpeg.stdin.close()
+        if ffmpeg.returncode:
+            raise RuntimeError(f"ffmpeg failed ({ffmpeg.returncode}) making a large video")
         return path.read_bytes()

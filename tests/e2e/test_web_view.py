@@ -25,8 +25,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from inferline.labels import load_labels
 from inferline_stack.config import TRITON, StackConfig
-from inferline_testing import tools
+from inferline_testing import media, tools
 from inferline_testing.ports import free_port
 from inferline_testing.waits import wait_for
 
@@ -176,4 +177,71 @@ async def test_the_web_view_shows_a_second_replica_after_a_scale_up(
                 await scale(stack, 1)
         finally:
             await browser.close()
+    assert page_errors == []
+
+
+VIDEO_SCREENSHOT = ROOT / "build" / "artifacts" / "web-video.png"
+
+
+@pytest.mark.timeout(600)
+async def test_the_web_view_follows_a_video_streamed_in_chunks(
+    stack: StackConfig, tmp_path: Path
+) -> None:
+    """``--video FILE --web``: the page shows frames/s and each sampled frame's label as the
+    video streams in chunks (a minute of the panning cat, 4 frames a second sampled)."""
+    executable = chromium()
+    from playwright.async_api import async_playwright
+
+    video = tmp_path / "cat.webm"
+    video.write_bytes(media.make_video("vp9_webm", media.video_frames(30) * 20, fps=10.0))
+    cats = {load_labels("")[i] for i in media.CAT_CLASSES}
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/"
+    page_errors: list[str] = []
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=executable, args=["--no-sandbox"]
+        )
+        proc = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "demo_client", "--video", str(video), "--fps", "4"),
+            *("--chunk-bytes", "16384", "--web", "--web-port", str(port), "--json"),
+            *("--target", f"127.0.0.1:{stack.public_port}", "--envoy-admin", stack.admin_url),
+            cwd=tmp_path,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        try:
+            page = await browser.new_page(viewport={"width": 1200, "height": 1000})
+            page.on("pageerror", lambda error: page_errors.append(str(error)))
+
+            async def answering() -> bool:
+                try:
+                    async with aiohttp.ClientSession() as session, session.get(url) as response:
+                        return response.status == 200
+                except aiohttp.ClientError:
+                    return False
+
+            await wait_for(answering, WAIT_S, f"the web view at {url}")
+            await page.goto(url)
+            await page.wait_for_function(
+                "() => document.querySelectorAll('#frames tbody tr').length >= 8",
+                timeout=WAIT_S * 1000,
+            )  # frames arrive on the page while the video streams (or with its last snapshot)
+            labels = await page.locator("#frames tbody tr td:nth-child(3)").all_text_contents()
+            assert cats & set(labels), labels
+            progress = await page.text_content("#video-progress") or ""
+            assert progress.startswith("cat.webm: "), progress
+            units = await page.locator(".unit").all_text_contents()
+            assert set(units) == {"frames"}, units
+            assert float((await page.text_content("#images") or "0").replace(",", "")) >= 8
+            VIDEO_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+            await page.screenshot(path=str(VIDEO_SCREENSHOT), full_page=True)
+            print(f"web view (video) screenshot: {VIDEO_SCREENSHOT}")
+        finally:
+            await browser.close()
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGINT)
+            out, _ = await asyncio.wait_for(proc.communicate(), WAIT_S)
+    text = out.decode(errors="replace")
+    assert proc.returncode in (0, 130), text
     assert page_errors == []

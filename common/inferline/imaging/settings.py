@@ -14,6 +14,8 @@ class VideoSettings(Protocol):
     @property
     def max_video_bytes(self) -> int: ...
     @property
+    def max_video_stream_bytes(self) -> int: ...
+    @property
     def max_video_pixels(self) -> int: ...
     @property
     def max_video_frames(self) -> int: ...
@@ -33,8 +35,9 @@ class VideoSettings(Protocol):
 
 def require_video_settings(config: VideoSettings, prefix: str) -> None:
     """Validate ``config``'s video settings, failing by ``<prefix>_<NAME>``."""
-    for name in ("max_video_bytes", "max_video_pixels", "max_video_frames",
-                 "max_video_duration_s", "video_max_samples", "video_chunk_frames"):  # fmt: skip
+    for name in ("max_video_bytes", "max_video_stream_bytes", "max_video_pixels",
+                 "max_video_frames", "max_video_duration_s", "video_max_samples",
+                 "video_chunk_frames"):  # fmt: skip
         require(getattr(config, name) > 0, prefix, name, "must be positive")
     require(config.video_fps >= 0, prefix, "video_fps", "must be >= 0")
     require(config.video_every_n >= 0, prefix, "video_every_n", "must be >= 0")
@@ -58,6 +61,7 @@ def video_limits(config: VideoSettings) -> VideoLimits:
         config.max_video_pixels,
         config.max_video_frames,
         config.max_video_duration_s,
+        config.max_video_stream_bytes,
     )
 
 

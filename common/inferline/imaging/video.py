@@ -1,12 +1,14 @@
 """Video sampling and decoding to model input tensors on the CPU (OpenCV's FFmpeg). No gRPC here.
 
 A video (mp4, mkv, webm; H.264, H.265, VP9 and whatever else FFmpeg decodes) is read from
-memory, frames are sampled (every Nth, or a target rate by timestamp; the count capped), and
+memory, or from an upload while its chunks arrive (:class:`~inferline.imaging.upload.UploadStream`),
+frames are sampled (every Nth, or a target rate by timestamp; the count capped), and
 each sampled frame becomes ``uint8 [3, crop, crop]`` exactly as an image would. Frames come out
 in chunks, so a long video streams instead of filling memory.
 
 Limits are checked from the container header before decoding (bytes, frame size, frame count,
-duration) and again while decoding, since a header can lie.
+duration) and again while decoding, since a header can lie; an upload's bytes are capped as they
+arrive (:mod:`.upload`).
 """
 
 from __future__ import annotations
@@ -21,16 +23,23 @@ import numpy as np
 import numpy.typing as npt
 
 from inferline.imaging.decode import DecodeError, Geometry, resize_crop
+from inferline.imaging.upload import UploadStream
 
 CONTAINERS = "mp4, mkv or webm (H.264, H.265 or VP9)"
+# FFmpeg's reads from an upload wait for the sender; OpenCV would otherwise interrupt an open or
+# a read that waits longer than its defaults (30 s). The caller's deadline bounds the wait.
+NO_TIMEOUTS = [cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, 2**31 - 1, cv2.CAP_PROP_READ_TIMEOUT_MSEC, 2**31 - 1]
+
+VideoSource = bytes | UploadStream  # a whole video, or one arriving in chunks
 
 
 @dataclass(frozen=True)
 class VideoLimits:
-    max_bytes: int = 32 * 1024 * 1024
+    max_bytes: int = 32 * 1024 * 1024  # a whole video, in one message
     max_pixels: int = 3840 * 2160  # per frame
     max_frames: int = 18_000
     max_duration_s: float = 600.0
+    max_stream_bytes: int = 2 * 1024 * 1024 * 1024  # a video in chunks, spooled to disk
 
 
 @dataclass(frozen=True)
@@ -201,25 +210,34 @@ class _MemoryStream(io.BytesIO):
             return -1
 
 
-def open_capture(data: bytes, limits: VideoLimits) -> tuple[cv2.VideoCapture, VideoHeader]:
-    """Open ``data`` in memory with FFmpeg and check its header.
+def open_capture(source: VideoSource, limits: VideoLimits) -> tuple[cv2.VideoCapture, VideoHeader]:
+    """Open ``source`` with FFmpeg and check its header: a whole video in memory, or an upload
+    (opened once its header has arrived; raises the upload's failure, if it failed).
 
     Free the capture by dropping it, never with ``release()`` (see :meth:`CpuVideoReader.close`).
     """
-    check_size(data, limits)
+    stream: io.BufferedIOBase
+    if isinstance(source, UploadStream):
+        head, stream, params = source.head(16), source, NO_TIMEOUTS
+        if not head:
+            raise DecodeError("empty", "empty video: 0 bytes received")
+    else:
+        check_size(source, limits)
+        head, stream, params = source[:16], _MemoryStream(source), []
     # Only these containers reach FFmpeg: its many other demuxers (images, playlists, raw
     # streams) are attack surface that a video endpoint does not need.
-    if container(data) is None:
+    if container(head) is None:
         raise DecodeError(
             "unrecognised",
-            f"not a recognised video (expected {CONTAINERS}); first bytes: {data[:16]!r}",
+            f"not a recognised video (expected {CONTAINERS}); first bytes: {head!r}",
         )
     # OpenCV >= 4.10 reads a Python binary stream; its stubs only list IStreamReader.
-    capture = cv2.VideoCapture(_MemoryStream(data), cv2.CAP_FFMPEG, [])  # type: ignore[call-overload]
+    capture = cv2.VideoCapture(stream, cv2.CAP_FFMPEG, params)  # type: ignore[call-overload]
     if not capture.isOpened():
+        _check(source)
         raise DecodeError(
             "unrecognised",
-            f"not a recognised video (expected {CONTAINERS}); first bytes: {data[:16]!r}",
+            f"not a recognised video (expected {CONTAINERS}); first bytes: {head!r}",
         )
     fps = capture.get(cv2.CAP_PROP_FPS)
     frames = capture.get(cv2.CAP_PROP_FRAME_COUNT)
@@ -234,6 +252,12 @@ def open_capture(data: bytes, limits: VideoLimits) -> tuple[cv2.VideoCapture, Vi
     return capture, header
 
 
+def _check(source: VideoSource) -> None:
+    """Raise an upload's failure: FFmpeg read it as the end of the video."""
+    if isinstance(source, UploadStream):
+        source.check()
+
+
 def probe_video(data: bytes, limits: VideoLimits) -> VideoHeader:
     _, header = open_capture(data, limits)
     return header
@@ -245,20 +269,23 @@ _CLOSED = cv2.VideoCapture()  # what a closed reader holds: grab() is False
 class CpuVideoReader:
     """Decodes every frame with OpenCV (FFmpeg), keeps the sampled ones, ``chunk`` at a time.
 
-    Not thread-safe; one caller at a time (the service runs it on a worker thread).
+    ``source`` is a whole video, or an upload that is decoded as it arrives: a read waits for
+    the upload, and a failed upload raises its failure rather than ending the video. Not
+    thread-safe; one caller at a time (the service runs it on a worker thread).
     """
 
     backend = "opencv"
 
     def __init__(
         self,
-        data: bytes,
+        source: VideoSource,
         sampling: Sampling,
         geometry: Geometry,
         limits: VideoLimits,
         chunk: int = 16,
     ) -> None:
-        self.capture, self.header = open_capture(data, limits)
+        self.source = source
+        self.capture, self.header = open_capture(source, limits)
         self.sampler = Sampler(sampling)
         self.geometry, self.limits, self.chunk = geometry, limits, chunk
         self.index = -1  # of the last frame decoded
@@ -269,6 +296,13 @@ class CpuVideoReader:
 
     def read_chunk(self) -> FrameChunk | None:
         """The next chunk of sampled frames, or None once the video (or the sampling) is done."""
+        try:
+            return self._read_chunk()
+        except DecodeError:
+            _check(self.source)  # a failed upload is why, not the video
+            raise
+
+    def _read_chunk(self) -> FrameChunk | None:
         indices: list[int] = []
         stamps: list[float] = []
         tensors: list[npt.NDArray[np.uint8]] = []
@@ -285,6 +319,7 @@ class CpuVideoReader:
             indices.append(self.index)
             stamps.append(timestamp)
             tensors.append(resize_crop(rgb, self.geometry))
+        _check(self.source)  # FFmpeg reads a failed upload as the video's end
         if not indices:
             if self.index < 0:
                 raise DecodeError("corrupt", "video: not one frame could be decoded")
@@ -309,6 +344,10 @@ class CpuVideoReader:
             )
 
     def close(self) -> None:
+        # An upload is released first (its spool deleted, reads answer its end at once), so
+        # nothing FFmpeg does while the capture is freed can wait for a sender.
+        if isinstance(self.source, UploadStream):
+            self.source.release()
         # Dropping the last reference frees the capture. Never call release() on a capture
         # that reads a Python stream: OpenCV 4.11 then calls back into Python without the GIL
         # and crashes the process.

@@ -82,8 +82,8 @@ function drawChart(history) {
   }
   chart.append(svg("line", { class: "axis", x1: left, x2: left, y1: top, y2: H - bottom }));
   chart.append(svg("line", { class: "axis", x1: left, x2: W - right, y1: H - bottom, y2: H - bottom }));
-  chart.append(svg("text", { class: "title", x: (left + W - right) / 2, y: H - 8, "text-anchor": "middle" }, "seconds since the load started"));
-  chart.append(svg("text", { class: "title", x: 16, y: (top + H - bottom) / 2, "text-anchor": "middle", transform: `rotate(-90 16 ${(top + H - bottom) / 2})` }, "images/s"));
+  chart.append(svg("text", { class: "title", x: (left + W - right) / 2, y: H - 8, "text-anchor": "middle" }, `seconds since the ${unit === "frames" ? "video" : "load"} started`));
+  chart.append(svg("text", { class: "title", x: 16, y: (top + H - bottom) / 2, "text-anchor": "middle", transform: `rotate(-90 16 ${(top + H - bottom) / 2})` }, `${unit}/s`));
 
   if (!t.length) {
     chart.append(svg("text", { class: "empty", x: (left + W - right) / 2, y: (top + H - bottom) / 2, "text-anchor": "middle" }, "waiting for the first images…"));
@@ -114,7 +114,7 @@ function drawChart(history) {
     if (s.kind === "total") attrs["stroke-opacity"] = 0.8;
     if (s.kind === "replica") attrs["data-replica"] = s.key;
     const path = svg("path", attrs);
-    path.append(svg("title", {}, s.kind === "total" ? "total images/s" : `${s.key} images/s`));
+    path.append(svg("title", {}, s.kind === "total" ? `total ${unit}/s` : `${s.key} ${unit}/s`));
     chart.append(path);
   }
 }
@@ -143,8 +143,8 @@ function drawReplicas(snapshot) {
   if (replicas.available) {
     note.className = "note";
     note.textContent =
-      `A replica's images/s is its share of Triton requests (Envoy's admin ${run.envoy_admin}, ` +
-      `cluster ${run.cluster}, last ${run.window_s} s) times the images/s measured here; with ` +
+      `A replica's ${unit}/s is its share of Triton requests (Envoy's admin ${run.envoy_admin}, ` +
+      `cluster ${run.cluster}, last ${run.window_s} s) times the ${unit}/s measured here; with ` +
       "the batcher in front of Triton a request is a batch of images.";
   } else {
     note.className = "note unavailable";
@@ -187,7 +187,38 @@ function drawRecent(recent) {
   }
 }
 
+let framesKey = "";
+let unit = "images"; // "frames" for a video streamed in chunks
+
+function drawVideo(video) {
+  $("video-section").hidden = !video;
+  $("recent-section").hidden = Boolean(video);
+  if (!video) return;
+  const mib = (n) => (n / 1048576).toFixed(1);
+  const share = video.total_bytes ? Math.round((100 * video.bytes_sent) / video.total_bytes) : 0;
+  $("video-progress").textContent =
+    `${video.file}: ${mib(video.bytes_sent)} of ${mib(video.total_bytes)} MiB sent (${share} %), ` +
+    `${video.frames.length ? "frames answered while the upload goes on" : "waiting for the first frame"}`;
+  const key = video.frames.map((f) => f.index).join(",");
+  if (key === framesKey) return;
+  framesKey = key;
+  const body = $("frames").querySelector("tbody");
+  body.replaceChildren();
+  for (const f of video.frames) {
+    const row = html("tr", { "data-frame": f.index });
+    row.append(
+      html("td", { class: "num" }, f.index),
+      html("td", { class: "num" }, `${fmt(f.timestamp_s, 2)} s`),
+      html("td", {}, f.label || "(no label)"),
+      html("td", { class: "num" }, fmt(f.score, 3)),
+      html("td", { class: "num" }, `${fmt(f.elapsed_s, 2)} s`),
+    );
+    body.append(row);
+  }
+}
+
 function describeRun(run) {
+  if (run.video) return `${run.target} · model ${run.model} · video ${run.video}, chunks of ${run.chunk_bytes} bytes`;
   const parts = [`${run.target}`, `model ${run.model}`, `concurrency ${run.concurrency} × batch ${run.batch}`];
   if (run.rate) parts.push(`open loop at ${run.rate}/s`);
   if (run.duration_s) parts.push(`${run.duration_s} s`);
@@ -213,13 +244,19 @@ function render(snapshot) {
   $("p50").textContent = fmt(snapshot.latency_ms.p50);
   $("p95").textContent = fmt(snapshot.latency_ms.p95);
   $("p99").textContent = fmt(snapshot.latency_ms.p99);
+  unit = snapshot.video ? "frames" : "images";
+  for (const span of document.querySelectorAll(".unit")) span.textContent = unit;
+  if (snapshot.video) $("latency-label").textContent = "p50 / p95 / p99 time between frames' answers, ms";
   $("images").textContent = snapshot.images.toLocaleString("en-US");
-  $("counts").textContent = `images in ${snapshot.requests.toLocaleString("en-US")} requests, ${fmt(snapshot.elapsed_s, 0)} s`;
+  $("counts").textContent = snapshot.video
+    ? `frames classified, ${fmt(snapshot.elapsed_s, 0)} s`
+    : `images in ${snapshot.requests.toLocaleString("en-US")} requests, ${fmt(snapshot.elapsed_s, 0)} s`;
   drawErrors(snapshot.errors);
   drawChart(snapshot.history);
   drawReplicas(snapshot);
   drawRecent(snapshot.recent);
-  document.title = `${fmt(snapshot.images_per_s)} images/s · inferline demo`;
+  drawVideo(snapshot.video);
+  document.title = `${fmt(snapshot.images_per_s)} ${unit}/s · inferline demo`;
 }
 
 function connect() {

@@ -44,6 +44,9 @@ class Config:
     max_pixels: int = 40_000_000
     # classifier_video, decoding in process: limits and default sampling (as preprocess's).
     max_video_bytes: int = 32 * 1024 * 1024
+    # A video in chunks (one ModelStreamInfer sequence) is spooled to a temporary file (TMPDIR)
+    # as it arrives, and decoded while it does: this caps that file.
+    max_video_stream_bytes: int = 2 * 1024 * 1024 * 1024
     max_video_pixels: int = 3840 * 2160
     max_video_frames: int = 18_000
     max_video_duration_s: float = 600.0

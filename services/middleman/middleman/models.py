@@ -3,8 +3,9 @@
 ``classifier`` (and every image classifier under its own name, :mod:`middleman.classifiers`):
 input ``IMAGE`` BYTES, one encoded image per element, batched (``max_batch``) → output
 ``PROBABILITIES`` FP32 ``[N, classes]``. ``classifier_video`` (decoupled, streamed):
-input ``VIDEO`` BYTES ``[1]`` → one response per sampled frame with ``FRAME_INDEX``,
-``TIMESTAMP`` and ``PROBABILITIES``. Plain protobuf messages; no transport here.
+input ``VIDEO`` BYTES ``[1]`` (a whole file, or the next chunk of one, :mod:`inferline.sequence`)
+→ one response per sampled frame with ``FRAME_INDEX``, ``TIMESTAMP`` and ``PROBABILITIES``.
+Plain protobuf messages; no transport here.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ TIMESTAMP = "TIMESTAMP"
 VIDEO_OUTPUTS = (FRAME_INDEX, TIMESTAMP, OUTPUT)
 
 INPUT_HINT = "BYTES [N, 1] or [N], each element one encoded JPEG, PNG, WebP, BMP or GIF file"
-VIDEO_HINT = "BYTES [1], one whole mp4, mkv or webm file"
+VIDEO_HINT = "BYTES [1], one whole mp4, mkv or webm file, or its next chunk"
 
 _Tensor = service_pb2.ModelMetadataResponse.TensorMetadata
 _mc = model_config_pb2

@@ -21,13 +21,14 @@ from inferline import kserve
 from inferline.admission import Admission, Overloaded
 from inferline.errors import InferError, grpc_boundary, grpc_stream_boundary, invalid
 from inferline.metrics import LATENCY_BUCKETS
+from inferline.sequence import chunked
 from inferline.servicer import Context, KServeServicer
 from middleman import inputs, outputs
 from middleman.budget import Budget, Expired
 from middleman.classifiers import Classifier, Classifiers
 from middleman.models import VIDEO_MODEL, model_config, model_metadata
 from middleman.pipeline import Preprocessor, TritonUpstream
-from middleman.video import VideoClassifier
+from middleman.video import Video, VideoClassifier
 
 logger = logging.getLogger(__name__)
 
@@ -160,11 +161,15 @@ class ClassifierService(KServeServicer):
         size = request.ByteSize()
         if size > self.max_message_bytes:
             REFUSED.labels(model, "message").inc()
+            advice = "send fewer or smaller images per request"
+            if model == VIDEO_MODEL:
+                advice = (
+                    "send the video in smaller chunks (sequence_id, sequence_start, sequence_end)"
+                )
             raise InferError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"the request is {size} bytes, over the limit of {self.max_message_bytes} "
-                "(INFERLINE_MIDDLEMAN_MAX_MESSAGE_BYTES): send fewer or smaller images per "
-                "request",
+                f"(INFERLINE_MIDDLEMAN_MAX_MESSAGE_BYTES): {advice}",
             )
 
     @contextlib.contextmanager
@@ -201,20 +206,45 @@ class ClassifierService(KServeServicer):
     async def ModelStreamInfer(
         self, requests: AsyncIterator[service_pb2.ModelInferRequest], context: Context
     ) -> AsyncIterator[service_pb2.ModelStreamInferResponse]:
-        async for request in requests:
-            self.check_model(request.model_name, request.model_version)
-            if request.model_name != VIDEO_MODEL:
-                raise invalid(f"model {request.model_name!r} is not streamed: call ModelInfer")
-            self.check_size(request, VIDEO_MODEL)
+        """``classifier_video``: one video per request, or per sequence of chunks (read here
+        and, while its frames are classified, by the video's forwarding or spool)."""
+        stream = aiter(requests)
+        answering = False  # response headers sent
+        async for request in stream:
+            self._video_request(request)
             counts = outputs.video_requested(request, self.video_top_k)
-            video = inputs.video(request)
+            video: Video | None = chunked(request, stream, self._video_chunk)
+            if video is None:
+                video = inputs.video(request)
+            elif not answering:
+                # Headers now, not with the first frame: a proxy in front (Envoy) keeps a
+                # request's body to retry it until the response begins, up to the message
+                # limit; a video in chunks cannot be retried, and its chunks need not be kept.
+                await context.send_initial_metadata(())
+                answering = True
             remaining = context.time_remaining()
             budget = Budget.start(remaining, self.default_timeout)
             # A video's frames are not known before it is opened: it counts against the hard
-            # bounds (one request, its bytes), not against the throughput estimate.
-            with self.admitted(VIDEO_MODEL, 0, len(video), budget):
+            # bounds (one request, the bytes it holds here), not the throughput estimate.
+            held = len(video) if isinstance(video, bytes) else 0
+            with self.admitted(VIDEO_MODEL, 0, held, budget):
                 labels = self.classifiers.default.labels
-                async for frame in self.video(video, kserve.parameters(request), remaining):
-                    response = outputs.frame_response(request.id, counts, frame, labels)
-                    FRAMES.labels(VIDEO_MODEL).inc()
-                    yield service_pb2.ModelStreamInferResponse(infer_response=response)
+                params = kserve.parameters(request)
+                async with self.video(video, params, remaining) as frames:
+                    async for frame in frames:
+                        response = outputs.frame_response(request.id, counts, frame, labels)
+                        FRAMES.labels(VIDEO_MODEL).inc()
+                        answering = True
+                        yield service_pb2.ModelStreamInferResponse(infer_response=response)
+
+    def _video_request(self, request: service_pb2.ModelInferRequest) -> None:
+        """A ``classifier_video`` request, within the public message limit."""
+        self.check_model(request.model_name, request.model_version)
+        if request.model_name != VIDEO_MODEL:
+            raise invalid(f"model {request.model_name!r} is not streamed: call ModelInfer")
+        self.check_size(request, VIDEO_MODEL)
+
+    def _video_chunk(self, request: service_pb2.ModelInferRequest) -> bytes:
+        """The bytes of one chunk of a video in chunks."""
+        self._video_request(request)
+        return inputs.video(request)

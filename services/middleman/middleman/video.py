@@ -1,17 +1,28 @@
-"""Model ``classifier_video``: a whole video in, one classified frame at a time out.
+"""Model ``classifier_video``: a video in, one classified frame at a time out.
 
-Frames come from the preprocess service's ``preprocess_video`` stream, or are decoded in this
-process (the same core, :mod:`inferline.imaging.video`); each chunk of frames is one inference call,
-and every frame becomes its own result as soon as its chunk is classified.
+A video is a whole file (one request) or a file in chunks (:mod:`inferline.sequence`), classified
+while its chunks are still arriving. Frames come from the preprocess service's
+``preprocess_video`` stream, or are decoded in this process (the same core,
+:mod:`inferline.imaging.video`); each chunk of frames is one inference call, and every frame
+becomes its own result as soon as its chunk is classified.
+
+A video in chunks, decoded here, is spooled to a temporary file as it arrives
+(:class:`~inferline.imaging.upload.UploadStream`); decoded at the preprocess service, its chunks
+are forwarded over one ``preprocess_video`` stream as they arrive (at most
+:data:`FORWARD_WINDOW_CHUNKS` waiting here), while that stream's frames come back. Either way,
+when the decoder is behind, the client's stream is not read, and gRPC's flow control slows the
+sender: memory holds a few chunks, whatever the video's size.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 import grpc
 import numpy as np
@@ -20,8 +31,10 @@ from tritonclient.utils import InferenceServerException
 
 from inferline.errors import InferError, from_upstream, invalid
 from inferline.imaging.decode import DecodeError, Geometry
-from inferline.imaging.streaming import read_chunks
+from inferline.imaging.streaming import VideoReader, read_as_decoded, read_chunks
+from inferline.imaging.upload import UploadStream
 from inferline.imaging.video import CpuVideoReader, FrameChunk, Sampling, VideoLimits
+from inferline.sequence import SIZE_PARAMETER, Chunk, ChunkedVideo, IncompleteSequence, spooled
 from inferline.server import channel_options
 from middleman.budget import Budget
 from middleman.classifiers import Classifier
@@ -30,14 +43,24 @@ from middleman.pipeline import Pixels, TritonUpstream, geometry_parameters
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 # Request parameters that choose the sampling; forwarded to the preprocess service as they are.
 SAMPLING_PARAMETERS = ("every_n", "fps", "max_frames")
+# Chunks of a video waiting here to be forwarded to the preprocess service, at most.
+FORWARD_WINDOW_CHUNKS = 2
+
+Video: TypeAlias = bytes | ChunkedVideo  # a whole file, or one arriving in chunks
+Frames: TypeAlias = AbstractAsyncContextManager[AsyncIterator[FrameChunk]]
 
 
 class FrameSource(Protocol):
     def __call__(
-        self, video: bytes, parameters: Mapping[str, object], time_left: float | None
-    ) -> AsyncIterator[FrameChunk]: ...
+        self, video: Video, parameters: Mapping[str, object], time_left: float | None
+    ) -> Frames:
+        """``video``'s sampled frames, a chunk at a time, while the context is open. A video in
+        chunks is read to its end when the context closes (its frames all answered)."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -58,22 +81,64 @@ class InProcessFrames:
         self.max_samples, self.chunk = max_samples, chunk
         self.executor = ThreadPoolExecutor(threads, thread_name_prefix="video")
 
+    @contextlib.asynccontextmanager
     async def __call__(
-        self, video: bytes, parameters: Mapping[str, object], time_left: float | None
-    ) -> AsyncIterator[FrameChunk]:
+        self, video: Video, parameters: Mapping[str, object], time_left: float | None
+    ) -> AsyncIterator[AsyncIterator[FrameChunk]]:
         try:
             sampling = self.sampling.with_parameters(parameters, self.max_samples)
         except ValueError as exc:
             raise invalid(f"video sampling: {exc}") from None
-        loop = asyncio.get_running_loop()
+        if isinstance(video, bytes):
+            frames = self._decoded(video, sampling, self.executor)
+            try:
+                yield frames
+            finally:
+                await frames.aclose()
+            return
+        try:
+            upload = UploadStream(self.limits.max_stream_bytes, size=video.size)
+        except DecodeError as exc:
+            raise invalid(f"video: {exc}") from None
+        # Its reads wait for the sender: a thread of its own, never one the others need.
+        executor = ThreadPoolExecutor(1, thread_name_prefix="video-upload")
+        frames = self._decoded(upload, sampling, executor, as_decoded=True)
+        try:
+            async with spooled(video, upload):
+                yield frames
+        except OSError as exc:  # the spool's disk
+            raise InferError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"video: cannot spool the upload to a temporary file (TMPDIR): {exc}",
+            ) from None
+        finally:
+            await frames.aclose()
+            executor.shutdown(wait=False)
 
-        def open_reader() -> CpuVideoReader:
-            return CpuVideoReader(video, sampling, self.geometry, self.limits, self.chunk)
+    async def _decoded(
+        self,
+        source: bytes | UploadStream,
+        sampling: Sampling,
+        executor: ThreadPoolExecutor,
+        as_decoded: bool = False,
+    ) -> AsyncGenerator[FrameChunk, None]:
+        """``source``'s frames a chunk at a time; ``as_decoded``: each frame leaves as soon as
+        it is decoded, batched up to a chunk only while the caller is busy (an upload)."""
+        loop = asyncio.get_running_loop()
+        chunk = 1 if as_decoded else self.chunk
+
+        def open_reader() -> VideoReader:
+            return CpuVideoReader(source, sampling, self.geometry, self.limits, chunk)
 
         try:
-            reader = await loop.run_in_executor(self.executor, open_reader)
-            async for chunk, _ in read_chunks(reader, self.executor):
-                yield chunk
+            reader = await loop.run_in_executor(executor, open_reader)
+            if as_decoded:
+                decoded = read_as_decoded(reader, executor, self.chunk)
+            else:
+                decoded = read_chunks(reader, executor)
+            async with contextlib.aclosing(decoded):  # stops decoding when the caller does
+                async for frames, _ in decoded:
+                    yield frames
         except DecodeError as exc:
             raise invalid(f"video: {exc}") from None
 
@@ -90,21 +155,48 @@ class RemoteFrames:
         self.url, self.geometry = url, geometry
         self.client = triton.InferenceServerClient(url, channel_args=channel_options())
 
+    @contextlib.asynccontextmanager
     async def __call__(
-        self, video: bytes, parameters: Mapping[str, object], time_left: float | None
-    ) -> AsyncIterator[FrameChunk]:
+        self, video: Video, parameters: Mapping[str, object], time_left: float | None
+    ) -> AsyncIterator[AsyncIterator[FrameChunk]]:
         forwarded = {k: v for k, v in parameters.items() if k in SAMPLING_PARAMETERS}
         forwarded.update(geometry_parameters(self.geometry))
-
-        async def requests() -> AsyncIterator[dict[str, object]]:
-            tensor = triton.InferInput("VIDEO", [1], "BYTES")
-            tensor.set_data_from_numpy(np.array([video], dtype=np.object_))
-            yield {"model_name": self.MODEL, "inputs": [tensor], "parameters": forwarded}
-
-        hop = f"preprocess at {self.url}"
-        stream = self.client.stream_infer(requests(), stream_timeout=time_left)
+        if isinstance(video, bytes):
+            forwarding = None
+            requests = self._whole(video, forwarded)
+        else:
+            forwarding = _Forwarding(video, self.MODEL, forwarded)
+            requests = forwarding.requests()
+        stream = self.client.stream_infer(requests, stream_timeout=time_left)
+        frames = self._frames(stream, forwarding)
         try:
-            async for result, error in stream:
+            yield frames
+            if forwarding is not None:
+                await forwarding.drain()  # the client's rest, read and dropped
+        finally:
+            await frames.aclose()
+            stream.cancel()
+            if forwarding is not None:
+                forwarding.cancel()
+
+    async def _whole(
+        self, video: bytes, parameters: dict[str, Any]
+    ) -> AsyncIterator[dict[str, object]]:
+        yield {"model_name": self.MODEL, "inputs": [_tensor(video)], "parameters": parameters}
+
+    async def _frames(
+        self, stream: Any, forwarding: _Forwarding | None
+    ) -> AsyncGenerator[FrameChunk, None]:
+        """The chunks of frames the stream sends, up to its final response. A failure of the
+        forwarding (the client broke the protocol) ends them with that failure."""
+        hop = f"preprocess at {self.url}"
+        responses = aiter(stream)
+        try:
+            while True:
+                if forwarding is None:
+                    result, error = await anext(responses)
+                else:
+                    result, error = await forwarding.unless_failed(anext(responses))
                 if error is not None:
                     raise InferError(grpc.StatusCode.INTERNAL, f"{hop}: {error.message()}")
                 chunk = self._chunk(result)
@@ -113,10 +205,12 @@ class RemoteFrames:
                 final = result.get_response().parameters.get("triton_final_response")
                 if final is not None and final.bool_param:
                     return
+        except StopAsyncIteration:
+            raise InferError(
+                grpc.StatusCode.INTERNAL, f"{hop} ended the stream without a final response"
+            ) from None
         except (grpc.RpcError, InferenceServerException) as exc:
             raise from_upstream(exc, hop) from None
-        finally:
-            stream.cancel()
 
     def _chunk(self, result: triton.InferResult) -> FrameChunk:
         indices = result.as_numpy("FRAME_INDEX")
@@ -142,6 +236,86 @@ class RemoteFrames:
         await self.client.close()
 
 
+def _tensor(data: bytes) -> triton.InferInput:
+    tensor = triton.InferInput("VIDEO", [1], "BYTES")
+    tensor.set_data_from_numpy(np.array([data], dtype=np.object_))
+    return tensor
+
+
+class _Forwarding:
+    """A video's chunks forwarded as ``model``'s requests, each as it arrives, with the same
+    sequence parameters: a task reads the client's chunks (checking the protocol) into a queue
+    of :data:`FORWARD_WINDOW_CHUNKS`, which the upstream stream's requests are taken from."""
+
+    def __init__(self, video: ChunkedVideo, model: str, parameters: dict[str, Any]) -> None:
+        self.video, self.model, self.parameters = video, model, parameters
+        if video.size is not None:
+            self.parameters[SIZE_PARAMETER] = video.size
+        self.queue: asyncio.Queue[dict[str, object] | None] = asyncio.Queue(FORWARD_WINDOW_CHUNKS)
+        self.dropping = False  # the decoder is done: chunks are read and dropped
+        self.task = asyncio.create_task(self._pump())
+
+    async def _pump(self) -> None:
+        first = True
+        async for chunk in self.video.chunks:
+            if not self.dropping:
+                await self.queue.put(self._request(chunk, first))
+            first = False
+        if not self.dropping:
+            await self.queue.put(None)
+
+    def _request(self, chunk: Chunk, first: bool) -> dict[str, object]:
+        return {
+            "model_name": self.model,
+            "inputs": [_tensor(chunk.data)],
+            "sequence_id": self.video.id,
+            "sequence_start": first,
+            "sequence_end": chunk.last,
+            "parameters": self.parameters if first else None,
+        }
+
+    async def requests(self) -> AsyncIterator[dict[str, object]]:
+        while (request := await self.queue.get()) is not None:
+            yield request
+
+    async def unless_failed(self, response: Awaitable[T]) -> T:
+        """Await ``response`` (the next from upstream), unless the forwarding fails first:
+        then its failure is raised (what the client did wrong, not what upstream saw of it)."""
+        waiting = asyncio.ensure_future(response)
+        try:
+            if not self.task.done():
+                await asyncio.wait({waiting, self.task}, return_when=asyncio.FIRST_COMPLETED)
+            if not waiting.done():
+                self._raise_failure()  # the task ended first: failed, or sent the last chunk
+        except BaseException:
+            waiting.cancel()
+            raise
+        return await waiting
+
+    def _raise_failure(self) -> None:
+        if self.task.done() and not self.task.cancelled():
+            error = self.task.exception()
+            if error is not None:
+                raise error
+
+    async def drain(self) -> None:
+        """The decoder is done: end the upstream stream, and read the client's remaining
+        chunks (checking the protocol) and drop them. A client that ends its stream before
+        sequence_end is fine now: nothing more was needed."""
+        self.dropping = True
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.queue.put_nowait(None)
+        with contextlib.suppress(IncompleteSequence):
+            await self.task
+
+    def cancel(self) -> None:
+        if not self.task.done():
+            self.task.cancel()
+        elif not self.task.cancelled():
+            self.task.exception()  # raised already, or drained: retrieved here
+
+
 class VideoClassifier:
     """Classifies each sampled frame with ``classifier`` (the default model)."""
 
@@ -155,15 +329,27 @@ class VideoClassifier:
         self.frames, self.upstream, self.timeout = frames, upstream, timeout
         self.classifier = classifier
 
+    @contextlib.asynccontextmanager
     async def __call__(
-        self, video: bytes, parameters: Mapping[str, object], time_left: float | None
-    ) -> AsyncIterator[ClassifiedFrame]:
-        """Every sampled frame, classified, in order; the last one says so."""
+        self, video: Video, parameters: Mapping[str, object], time_left: float | None
+    ) -> AsyncIterator[AsyncIterator[ClassifiedFrame]]:
+        """Every sampled frame, classified, in order, while the context is open; the last one
+        says so. A video in chunks is read to its end when the context closes."""
+        async with self.frames(video, parameters, time_left) as chunks:
+            classified = self._classified(chunks, time_left)
+            try:
+                yield classified
+            finally:
+                await classified.aclose()
+
+    async def _classified(
+        self, chunks: AsyncIterator[FrameChunk], time_left: float | None
+    ) -> AsyncGenerator[ClassifiedFrame, None]:
         # A caller's deadline bounds the whole stream; without one, each chunk's inference gets
         # the default (a long video may take longer than any one default would allow).
         budget = None if time_left is None else Budget.start(time_left, self.timeout)
         held: ClassifiedFrame | None = None  # one frame back, to mark the last one
-        async for chunk in self.frames(video, parameters, time_left):
+        async for chunk in chunks:
             timeout = self.timeout if budget is None else budget.left("inference")
             pixels = Pixels.of(chunk.tensors)
             probabilities = await self.upstream.infer(self.classifier, pixels, timeout)

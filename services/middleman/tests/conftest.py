@@ -1,9 +1,11 @@
 """Fixtures: fake KServe v2 upstreams we control, and middleman in front of them, on port 0.
 
 A :class:`FakeUpstream` answers model ``preprocess`` as the preprocess service does (``TENSOR``
-zeros and ``ERRORS``, one message per refused image) and the Triton model as Triton does
-(``PROBS``: its own fixed distribution for every image). It records every call and the time
-left on its deadline, can hold calls at a gate, and fails the next calls with chosen codes.
+zeros and ``ERRORS``, one message per refused image), ``preprocess_video`` with a frame per
+request it receives (so a test sees frames come back while it still sends), and the Triton
+model as Triton does (``PROBS``: its own fixed distribution for every image). It records every
+call and the time left on its deadline, can hold calls at a gate, and fails the next calls with
+chosen codes.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ def carries_deadline(time_left: float | None, at_most: float) -> bool:
 class FakeUpstream(service_pb2_grpc.GRPCInferenceServiceServicer):
     def __init__(self, seed: int = 0) -> None:
         self.calls: list[service_pb2.ModelInferRequest] = []
+        self.streamed: list[service_pb2.ModelInferRequest] = []  # ModelStreamInfer's requests
         self.time_left: list[float | None] = []
         self.failures: list[grpc.StatusCode] = []
         self.gate = asyncio.Event()
@@ -98,6 +101,32 @@ class FakeUpstream(service_pb2_grpc.GRPCInferenceServiceServicer):
         response = service_pb2.ModelInferResponse(model_name=request.model_name, id=request.id)
         kserve.add_output(response, TRITON_OUTPUT, rows)
         return response
+
+    async def ModelStreamInfer(self, requests: Any, context: Any) -> Any:
+        """``preprocess_video``: for each request (a whole video, or a chunk of one), one frame
+        whose FRAME_INDEX counts the requests of its video; after a whole video or the chunk
+        with sequence_end, the final response."""
+        index, crop = 0, CROP
+        async for request in requests:
+            self.streamed.append(request)
+            if index == 0:
+                crop = int(kserve.parameters(request).get("crop", CROP))
+            params = request.parameters
+            end = "sequence_end" not in params or params["sequence_end"].bool_param
+            yield self._frames(request, [index], crop, final=False)
+            index += 1
+            if end:
+                yield self._frames(request, [], crop, final=True)
+                index = 0
+
+    @staticmethod
+    def _frames(request: Any, indices: list[int], crop: int, final: bool) -> Any:
+        response = service_pb2.ModelInferResponse(model_name="preprocess_video", id=request.id)
+        kserve.add_output(response, "TENSOR", np.zeros((len(indices), 3, crop, crop), np.uint8))
+        kserve.add_output(response, "FRAME_INDEX", np.array(indices, np.int64))
+        kserve.add_output(response, "TIMESTAMP", np.array(indices, np.float64) / 10)
+        response.parameters["triton_final_response"].bool_param = final
+        return service_pb2.ModelStreamInferResponse(infer_response=response)
 
     async def ServerReady(self, request: Any, context: Any) -> Any:
         return service_pb2.ServerReadyResponse(ready=True)

@@ -87,6 +87,8 @@ async def start(config: Config, machine: Machine | None = None) -> Preprocess:
             sampling=default_sampling(config),
             max_samples=config.video_max_samples,
             video_threads=settings.workers,
+            max_stream_bytes=config.max_video_stream_bytes,
+            video_chunk=config.video_chunk_frames,
             admission=admission.Admission(
                 admission.Limits(
                     config.max_inflight,

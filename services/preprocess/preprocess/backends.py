@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from inferline.imaging.decode import DecodeError, Geometry, Limits
 from inferline.imaging.streaming import VideoReader
+from inferline.imaging.upload import UploadStream
 from inferline.imaging.video import Sampling, VideoLimits
 
 
@@ -49,6 +50,11 @@ class VideoBackend(Protocol):
 
     def open(self, data: bytes, sampling: Sampling) -> VideoReader:
         """Check the limits and open ``data`` (blocking: call it from a worker thread)."""
+        ...
+
+    def open_stream(self, upload: UploadStream, sampling: Sampling) -> VideoReader:
+        """Open a video that is still arriving, decoded as it does (blocking, and its reads
+        wait for the upload: call it from a worker thread of its own)."""
         ...
 
 

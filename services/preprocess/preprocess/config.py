@@ -47,6 +47,9 @@ class Config:
     # Video (model preprocess_video): limits, checked from the container before decoding and
     # again while decoding, since a header can lie.
     max_video_bytes: int = 32 * 1024 * 1024
+    # A video in chunks (one ModelStreamInfer sequence) is spooled to a temporary file (TMPDIR)
+    # as it arrives, and decoded while it does: this caps that file.
+    max_video_stream_bytes: int = 2 * 1024 * 1024 * 1024
     max_video_pixels: int = 3840 * 2160  # per frame
     max_video_frames: int = 18_000  # frames in the video (10 min at 30 fps)
     max_video_duration_s: float = 600.0

@@ -40,6 +40,7 @@ from nvidia.dali.pipeline import Pipeline, pipeline_def
 
 from inferline.imaging.decode import DecodeError, Geometry, Header, decode_probed, probe
 from inferline.imaging.streaming import VideoReader
+from inferline.imaging.upload import UploadStream
 from inferline.imaging.video import (
     FrameChunk,
     Sampler,
@@ -359,3 +360,7 @@ class DaliVideoBackend:
             logger.info("the container states no frame rate; decoding this video on the CPU")
             return self.cpu.open(data, sampling)
         return DaliVideoReader(self.pool, data, header, sampling, self.limits, self.name)
+
+    def open_stream(self, upload: UploadStream, sampling: Sampling) -> VideoReader:
+        # DALI's video input takes a whole file; a video still arriving is decoded on the CPU.
+        return self.cpu.open_stream(upload, sampling)

@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from inferline.imaging.decode import DecodeError, Geometry, Limits, decode_image
 from inferline.imaging.streaming import VideoReader
+from inferline.imaging.upload import UploadStream
 from inferline.imaging.video import CpuVideoReader, Sampling, VideoLimits
 from preprocess.backends import Decoded, decode_in_parts
 
@@ -47,3 +48,7 @@ class CpuVideoBackend:
 
     def open(self, data: bytes, sampling: Sampling) -> VideoReader:
         return CpuVideoReader(data, sampling, self.geometry, self.limits, self.chunk)
+
+    def open_stream(self, upload: UploadStream, sampling: Sampling) -> VideoReader:
+        # A frame a read: read_as_decoded batches them up to a chunk while its caller is busy
+        return CpuVideoReader(upload, sampling, self.geometry, self.limits, chunk=1)

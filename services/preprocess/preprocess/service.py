@@ -10,9 +10,14 @@ INT64 ``[k]``, ``TIMESTAMP`` FP64 ``[k]`` (seconds), then an empty response whos
 ``every_n`` / ``fps`` / ``max_frames`` choose the sampling. A refused video ends the stream
 with INVALID_ARGUMENT.
 
-Either model's request parameters ``resize`` and ``crop`` choose the geometry (each model behind
-middleman has its own input size); without them the configured one applies
-(:mod:`preprocess.geometries`).
+A video may also come in chunks, one request each, with the sequence parameters of
+:mod:`inferline.sequence` (sampling, geometry and outputs on the first chunk): it is spooled to a
+temporary file as it arrives and decoded while it does (on the CPU, whatever the backend), its
+frames streamed back while later chunks are still arriving: each response holds what was
+decoded since the last (up to ``video_chunk_frames``), so a frame leaves as soon as it is
+decoded unless the stream is busy. When the spool is a window ahead of the decoder, the stream
+is not read (flow control slows the sender). The spool is capped (``max_video_stream_bytes``);
+frames and duration are limited as for a whole video.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -35,8 +40,10 @@ from inferline import kserve
 from inferline.admission import Admission, Overloaded, Ticket
 from inferline.errors import InferError, grpc_boundary, grpc_stream_boundary, invalid
 from inferline.imaging.decode import DecodeError, Geometry
-from inferline.imaging.streaming import read_chunks
+from inferline.imaging.streaming import read_as_decoded, read_chunks
+from inferline.imaging.upload import UploadStream
 from inferline.imaging.video import FrameChunk, Sampling
+from inferline.sequence import ChunkedVideo, chunked, spooled
 from inferline.servicer import Context, KServeServicer
 from preprocess import geometries, metrics
 from preprocess.backends import ImageBackend, VideoBackend
@@ -48,7 +55,7 @@ MODEL = "preprocess"
 VIDEO_MODEL = "preprocess_video"
 MODELS = (MODEL, VIDEO_MODEL)
 IMAGE_HINT = "BYTES [N, 1] or [N], each element one encoded JPEG, PNG, WebP, BMP or GIF file"
-VIDEO_HINT = "BYTES [1], one whole mp4, mkv or webm file"
+VIDEO_HINT = "BYTES [1], one whole mp4, mkv or webm file, or its next chunk"
 IMAGE_OUTPUTS = ("TENSOR", "ERRORS")
 VIDEO_OUTPUTS = ("TENSOR", "FRAME_INDEX", "TIMESTAMP")
 
@@ -60,6 +67,8 @@ class ServiceSettings:
     max_samples: int  # the most a request's max_frames may ask for
     video_threads: int
     admission: Admission  # hard bounds only: requests and bytes decoding at once
+    max_stream_bytes: int = 2 * 1024 * 1024 * 1024  # a video in chunks, spooled to disk
+    video_chunk: int = 16  # frames a response, at most
 
 
 class PreprocessService(KServeServicer):
@@ -209,28 +218,47 @@ class PreprocessService(KServeServicer):
     async def ModelStreamInfer(
         self, requests: AsyncIterator[service_pb2.ModelInferRequest], context: Context
     ) -> AsyncIterator[service_pb2.ModelStreamInferResponse]:
-        async for request in requests:
-            async for response in self._video(request, context):
+        stream = aiter(requests)  # read here and, for a video in chunks, by its spool
+        answering = False  # response headers sent
+        async for request in stream:
+            video = chunked(request, stream, self._video_bytes)
+            if video is None:
+                responses = self._video(request, context)
+            else:
+                responses = self._video_upload(request, video, context)
+                if not answering:
+                    # Headers now: a proxy in front (Envoy) keeps a request's body to retry it
+                    # until the response begins; a video in chunks cannot be retried.
+                    await context.send_initial_metadata(())
+                    answering = True
+            async for response in responses:
+                answering = True
                 yield service_pb2.ModelStreamInferResponse(infer_response=response)
 
-    async def _video(
-        self, request: service_pb2.ModelInferRequest, context: Context
-    ) -> AsyncIterator[service_pb2.ModelInferResponse]:
+    def _video_bytes(self, request: service_pb2.ModelInferRequest) -> bytes:
+        """The one element of a ``preprocess_video`` request's ``VIDEO``: a video, or a chunk."""
         self.check_model(request.model_name, request.model_version)
         if request.model_name != VIDEO_MODEL:
             raise invalid(f"model {request.model_name!r} is not streamed: call ModelInfer")
-        wanted = _requested(request, VIDEO_OUTPUTS)
         video = kserve.find_input(request, "VIDEO", "BYTES", VIDEO_HINT)
         if video.shape != (1,):
             raise invalid(f"input 'VIDEO' must have shape [1]; got {list(video.shape)}")
-        data: bytes = video[0]
+        return bytes(video[0])
+
+    def _sampling(self, request: service_pb2.ModelInferRequest) -> Sampling:
         try:
-            sampling = self.settings.sampling.with_parameters(
+            return self.settings.sampling.with_parameters(
                 kserve.parameters(request), self.settings.max_samples
             )
         except ValueError as exc:
             raise invalid(f"video sampling: {exc}") from None
 
+    async def _video(
+        self, request: service_pb2.ModelInferRequest, context: Context
+    ) -> AsyncIterator[service_pb2.ModelInferResponse]:
+        data = self._video_bytes(request)
+        wanted = _requested(request, VIDEO_OUTPUTS)
+        sampling = self._sampling(request)
         geometry, _, backends = await self.backends(request)
         loop = asyncio.get_running_loop()
         backend = backends.name
@@ -240,15 +268,70 @@ class PreprocessService(KServeServicer):
                 backend = reader.backend
                 metrics.BYTES_IN.labels(backend, "video").inc(len(data))
                 logger.debug("video %r: %s, sampling %s", request.id, reader.header, sampling)
-                async for chunk, seconds in read_chunks(reader, self.executor):
-                    metrics.DECODE_SECONDS.labels(backend, "video").observe(seconds)
-                    metrics.FRAMES.labels(backend).inc(len(chunk))
-                    metrics.BYTES_OUT.labels(backend, "video").inc(chunk.tensors.nbytes)
-                    yield self._chunk_response(request, chunk, wanted, final=False)
+                decoded = read_chunks(reader, self.executor)
+                async for chunk in self._responses(request, decoded, wanted, backend):
+                    yield chunk
             except DecodeError as exc:
                 metrics.ERRORS.labels(backend, "video", exc.kind).inc()
                 raise invalid(f"video: {exc}") from None
         yield self._chunk_response(request, self._no_frames(geometry.crop), wanted, final=True)
+
+    async def _video_upload(
+        self, first: service_pb2.ModelInferRequest, video: ChunkedVideo, context: Context
+    ) -> AsyncIterator[service_pb2.ModelInferResponse]:
+        """A video in chunks: spooled as it arrives, decoded while it does."""
+        wanted = _requested(first, VIDEO_OUTPUTS)
+        sampling = self._sampling(first)
+        geometry, _, backends = await self.backends(first)
+        backend = "opencv"  # whatever the image backend: DALI takes whole files only
+        try:
+            upload = UploadStream(self.settings.max_stream_bytes, size=video.size)
+        except DecodeError as exc:
+            metrics.ERRORS.labels(backend, "video", exc.kind).inc()
+            raise invalid(f"video: {exc}") from None
+        # Its reads wait for the sender: a thread of its own, never one the others need.
+        executor = ThreadPoolExecutor(1, thread_name_prefix="video-upload")
+        loop = asyncio.get_running_loop()
+        try:
+            async with spooled(video, upload):
+                with self._admitted(0, context, "video"):
+                    reader = await loop.run_in_executor(
+                        executor, backends.open_stream, upload, sampling
+                    )
+                    logger.debug("video %r in chunks: %s, %s", video.id, reader.header, sampling)
+                    limit = self.settings.video_chunk
+                    decoded = read_as_decoded(reader, executor, limit)
+                    async for chunk in self._responses(first, decoded, wanted, backend):
+                        yield chunk
+                upload.release()  # decoded: what still arrives is read and dropped
+                crop = geometry.crop
+                yield self._chunk_response(first, self._no_frames(crop), wanted, final=True)
+        except DecodeError as exc:
+            metrics.ERRORS.labels(backend, "video", exc.kind).inc()
+            raise invalid(f"video: {exc}") from None
+        except OSError as exc:  # the spool's disk
+            raise InferError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"video: cannot spool the upload to a temporary file (TMPDIR): {exc}",
+            ) from None
+        finally:
+            executor.shutdown(wait=False)
+            metrics.BYTES_IN.labels(backend, "video").inc(upload.written)
+
+    async def _responses(
+        self,
+        request: service_pb2.ModelInferRequest,
+        decoded: AsyncGenerator[tuple[FrameChunk, float], None],
+        wanted: list[str],
+        backend: str,
+    ) -> AsyncIterator[service_pb2.ModelInferResponse]:
+        """A response for each chunk of sampled frames, as each is decoded."""
+        async with contextlib.aclosing(decoded):  # stops decoding when the caller does
+            async for chunk, seconds in decoded:
+                metrics.DECODE_SECONDS.labels(backend, "video").observe(seconds)
+                metrics.FRAMES.labels(backend).inc(len(chunk))
+                metrics.BYTES_OUT.labels(backend, "video").inc(chunk.tensors.nbytes)
+                yield self._chunk_response(request, chunk, wanted, final=False)
 
     @staticmethod
     def _no_frames(crop: int) -> FrameChunk:
