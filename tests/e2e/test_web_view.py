@@ -68,6 +68,15 @@ async def scale(config: StackConfig, replicas: int) -> None:
     assert proc.returncode == 0, text
 
 
+async def answering(url: str) -> bool:
+    """Whether the page at ``url`` answers yet."""
+    try:
+        async with aiohttp.ClientSession() as session, session.get(url) as response:
+            return response.status == 200
+    except aiohttp.ClientError:
+        return False
+
+
 @pytest.fixture
 async def web_view(stack: StackConfig, tmp_path: Path) -> AsyncIterator[str]:
     """The demo client with ``--web`` on a free port: its load on the stack's public endpoint
@@ -91,15 +100,8 @@ async def web_view(stack: StackConfig, tmp_path: Path) -> AsyncIterator[str]:
             return None
         return f"the demo client exited {proc.returncode}:\n{log.read_text(errors='replace')}"
 
-    async def answering() -> bool:
-        try:
-            async with aiohttp.ClientSession() as session, session.get(url) as response:
-                return response.status == 200
-        except aiohttp.ClientError:
-            return False
-
     try:
-        await wait_for(answering, WAIT_S, f"the web view at {url}", abort=exited)
+        await wait_for(lambda: answering(url), WAIT_S, f"the web view at {url}", abort=exited)
         yield url
     finally:
         if proc.returncode is None:
@@ -213,15 +215,7 @@ async def test_the_web_view_follows_a_video_streamed_in_chunks(
         try:
             page = await browser.new_page(viewport={"width": 1200, "height": 1000})
             page.on("pageerror", lambda error: page_errors.append(str(error)))
-
-            async def answering() -> bool:
-                try:
-                    async with aiohttp.ClientSession() as session, session.get(url) as response:
-                        return response.status == 200
-                except aiohttp.ClientError:
-                    return False
-
-            await wait_for(answering, WAIT_S, f"the web view at {url}")
+            await wait_for(lambda: answering(url), WAIT_S, f"the web view at {url}")
             await page.goto(url)
             await page.wait_for_function(
                 "() => document.querySelectorAll('#frames tbody tr').length >= 8",
