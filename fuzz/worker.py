@@ -46,7 +46,25 @@ def cap_memory(memory_mb: int) -> None:
     print(f"fuzz: address space {now} MiB after setup; capped at {now + memory_mb} MiB")
 
 
+def inherited_rss_mb() -> int:
+    """The peak RSS this process reports before it has done anything: Linux carries the peak of
+    the process that started it (a test run grown to a gigabyte, say) across fork and exec into
+    ``ru_maxrss``, which is what libFuzzer's ``-rss_limit_mb`` compares."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+
+
+def rss_limit_beyond(args: list[str], inherited_mb: int) -> list[str]:
+    """``-rss_limit_mb=N`` made N beyond what was inherited, so that it bounds this process's
+    own growth, not its parent's size."""
+    prefix = "-rss_limit_mb="
+    return [
+        f"{prefix}{int(a[len(prefix) :]) + inherited_mb}" if a.startswith(prefix) else a
+        for a in args
+    ]
+
+
 def main(argv: list[str]) -> None:
+    inherited = inherited_rss_mb()  # first: before this process has grown itself
     target = TARGETS[argv[1]]
     with atheris.instrument_imports(include=list(target.instrument)):
         module = importlib.import_module(target.module)
@@ -54,7 +72,7 @@ def main(argv: list[str]) -> None:
     if target.warnings_as_errors:
         warnings.simplefilter("error")
     cap_memory(target.memory_mb)
-    atheris.Setup([argv[0], *argv[2:]], one_input)
+    atheris.Setup([argv[0], *rss_limit_beyond(argv[2:], inherited)], one_input)
     atheris.Fuzz()
 
 

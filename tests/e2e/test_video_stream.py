@@ -40,9 +40,10 @@ LARGE_VIDEO_BYTES = 160 * MiB
 # What a video in chunks may add to a process's peak memory, beyond what a short one of the
 # same kind took: chunks in flight (gRPC's flow-control windows, the forwarding's two), decoded
 # frames, allocator slack; none of it grows with the video. Measured on the 2-core development
-# machine, shared with other work: see the README's Video section. A whole video in memory
-# would add the video itself, several times over (message, input array, copies).
-PEAK_GROWTH_BOUND = 48 * MiB
+# machine, shared with other work (11-42 MiB; a loaded CI run saw 57): see the README's Video
+# section. A whole video in memory would add the video itself, several times over (message,
+# input array, copies): twice this bound and more.
+PEAK_GROWTH_BOUND = 80 * MiB
 
 
 def cat_classes(result: triton.InferResult) -> set[int]:
@@ -159,7 +160,7 @@ async def test_a_video_many_messages_long_streams_with_bounded_memory(
 ) -> None:
     target = small_messages[placement]
     data = large_video()
-    assert len(data) >= 3 * PEAK_GROWTH_BOUND and len(data) >= 40 * MESSAGE_BYTES
+    assert len(data) >= 2 * PEAK_GROWTH_BOUND and len(data) >= 40 * MESSAGE_BYTES
     async with triton.InferenceServerClient(target.url) as client:
         # Warm up with a short video of the same kind: what the first one costs once (codec,
         # threads, buffers of these sizes) is not what a longer one adds.
