@@ -24,6 +24,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fuzz.targets import TARGETS, Target
 
@@ -169,15 +170,7 @@ def run(
     with open(result.log, "w") as log:
         log.write(" ".join(command) + "\n")
         log.flush()
-        process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=environment(target),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-        )
+        process = subprocess.Popen(command, **worker_io(target))
         assert process.stdout is not None
         killed = threading.Event()
 
@@ -229,16 +222,20 @@ def read_figures(output: str, result: Result) -> None:
     result.slowest_s = stats.get("slowest_unit_time_sec")
 
 
+def worker_io(target: Target) -> dict[str, Any]:
+    """How a worker process runs: from the repository, with the target's environment, its
+    output (stdout and stderr together) read as text."""
+    return {
+        "cwd": ROOT,
+        "env": environment(target),
+        "stdout": subprocess.PIPE,
+        "stderr": subprocess.STDOUT,
+        "text": True,
+        "errors": "replace",
+    }
+
+
 def reproduce(name: str, files: Sequence[Path]) -> subprocess.CompletedProcess[str]:
     """Run target ``name`` once on each of ``files``, under the same per-input bounds."""
     target = TARGETS[name]
-    return subprocess.run(
-        worker(target, [str(f) for f in files]),
-        cwd=ROOT,
-        env=environment(target),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        check=False,
-    )
+    return subprocess.run(worker(target, [str(f) for f in files]), **worker_io(target), check=False)

@@ -174,6 +174,14 @@ async def data(video: ChunkedVideo) -> AsyncIterator[bytes]:
         yield chunk.data
 
 
+def spool_failed(exc: OSError) -> InferError:
+    """The spool's disk failed (full, or no TMPDIR): RESOURCE_EXHAUSTED, saying where."""
+    return InferError(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"video: cannot spool the upload to a temporary file (TMPDIR): {exc}",
+    )
+
+
 @contextlib.asynccontextmanager
 async def spooled(video: ChunkedVideo, upload: UploadStream) -> AsyncIterator[None]:
     """Spool ``video`` into ``upload`` as it arrives while the body decodes it (a failure of the

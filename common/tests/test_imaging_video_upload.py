@@ -129,16 +129,25 @@ async def test_an_mp4_with_its_index_at_the_end_decodes_once_the_index_arrives(c
     np.testing.assert_array_equal(decoded.frames.tensors, from_memory(data).tensors)
 
 
-async def test_frames_leave_as_decoded_and_batch_up_only_while_the_caller_is_busy() -> None:
-    # A chunk of 16 sampled frames would need the whole video; what is decoded leaves at once.
-    data = long_video("vp9_webm")
-    upload = UploadStream()
-    await upload.append(data[: len(data) * 3 // 4])
+async def open_partly(
+    data: bytes, arrived: int, chunk: int, window: int | None = None
+) -> tuple[UploadStream, ThreadPoolExecutor, CpuVideoReader]:
+    """An upload of which the first ``arrived`` bytes of ``data`` have come, and a reader of it
+    (``chunk`` frames at most per chunk) opened on a thread of its own."""
+    upload = UploadStream() if window is None else UploadStream(window=window)
+    await upload.append(data[:arrived])
     executor = ThreadPoolExecutor(1)
     loop = asyncio.get_running_loop()
     reader = await loop.run_in_executor(
-        executor, CpuVideoReader, upload, EVERY_5, GEOMETRY, VideoLimits(), 1
+        executor, CpuVideoReader, upload, EVERY_5, GEOMETRY, VideoLimits(), chunk
     )
+    return upload, executor, reader
+
+
+async def test_frames_leave_as_decoded_and_batch_up_only_while_the_caller_is_busy() -> None:
+    # A chunk of 16 sampled frames would need the whole video; what is decoded leaves at once.
+    data = long_video("vp9_webm")
+    upload, executor, reader = await open_partly(data, len(data) * 3 // 4, 1)
     chunks = read_as_decoded(reader, executor, limit=32)
     first, _ = await asyncio.wait_for(anext(chunks), TIMEOUT_S)
     assert 0 < len(first) < 16
@@ -161,13 +170,7 @@ async def test_an_mkv_of_unknown_length_starts_too() -> None:
 
 async def test_a_failed_upload_ends_decoding_with_why() -> None:
     data = video("vp9_webm")
-    upload = UploadStream(window=16 * CHUNK_BYTES)
-    await upload.append(data[: len(data) // 2])
-    executor = ThreadPoolExecutor(1)
-    loop = asyncio.get_running_loop()
-    reader = await loop.run_in_executor(
-        executor, CpuVideoReader, upload, EVERY_5, GEOMETRY, VideoLimits(), 4
-    )
+    upload, executor, reader = await open_partly(data, len(data) // 2, 4, window=16 * CHUNK_BYTES)
     upload.fail(ConnectionResetError("the client went away"))
     with pytest.raises(ConnectionResetError, match="went away"):
         async for _ in read_as_decoded(reader, executor, limit=4):
@@ -177,13 +180,7 @@ async def test_a_failed_upload_ends_decoding_with_why() -> None:
 
 async def test_a_caller_that_leaves_stops_decoding_and_the_reader_is_closed() -> None:
     data = long_video("vp9_webm")
-    upload = UploadStream()
-    await upload.append(data[: len(data) * 3 // 4])
-    executor = ThreadPoolExecutor(1)
-    loop = asyncio.get_running_loop()
-    reader = await loop.run_in_executor(
-        executor, CpuVideoReader, upload, EVERY_5, GEOMETRY, VideoLimits(), 1
-    )
+    upload, executor, reader = await open_partly(data, len(data) * 3 // 4, 1)
     chunks = read_as_decoded(reader, executor, limit=2)
     await anext(chunks)
     await chunks.aclose()  # the decoding thread may wait for room, or for the sender

@@ -34,7 +34,14 @@ from inferline.imaging.decode import DecodeError, Geometry
 from inferline.imaging.streaming import VideoReader, read_as_decoded, read_chunks
 from inferline.imaging.upload import UploadStream
 from inferline.imaging.video import CpuVideoReader, FrameChunk, Sampling, VideoLimits
-from inferline.sequence import SIZE_PARAMETER, Chunk, ChunkedVideo, IncompleteSequence, spooled
+from inferline.sequence import (
+    SIZE_PARAMETER,
+    Chunk,
+    ChunkedVideo,
+    IncompleteSequence,
+    spool_failed,
+    spooled,
+)
 from inferline.server import channel_options
 from middleman.budget import Budget
 from middleman.classifiers import Classifier
@@ -107,10 +114,7 @@ class InProcessFrames:
             async with spooled(video, upload):
                 yield frames
         except OSError as exc:  # the spool's disk
-            raise InferError(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"video: cannot spool the upload to a temporary file (TMPDIR): {exc}",
-            ) from None
+            raise spool_failed(exc) from None
         finally:
             await frames.aclose()
             executor.shutdown(wait=False)

@@ -43,7 +43,7 @@ from inferline.imaging.decode import DecodeError, Geometry
 from inferline.imaging.streaming import read_as_decoded, read_chunks
 from inferline.imaging.upload import UploadStream
 from inferline.imaging.video import FrameChunk, Sampling
-from inferline.sequence import ChunkedVideo, chunked, spooled
+from inferline.sequence import ChunkedVideo, chunked, spool_failed, spooled
 from inferline.servicer import Context, KServeServicer
 from preprocess import geometries, metrics
 from preprocess.backends import ImageBackend, VideoBackend
@@ -310,10 +310,7 @@ class PreprocessService(KServeServicer):
             metrics.ERRORS.labels(backend, "video", exc.kind).inc()
             raise invalid(f"video: {exc}") from None
         except OSError as exc:  # the spool's disk
-            raise InferError(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"video: cannot spool the upload to a temporary file (TMPDIR): {exc}",
-            ) from None
+            raise spool_failed(exc) from None
         finally:
             executor.shutdown(wait=False)
             metrics.BYTES_IN.labels(backend, "video").inc(upload.written)
