@@ -18,7 +18,10 @@ from preprocess.backends import BackendSettings
 from preprocess.choice import Machine, choose, create, detect
 from preprocess.config import Config
 from preprocess.geometries import Decoders
+from preprocess.local_triton import LocalTriton
+from preprocess.pod import PodService, watch_health
 from preprocess.service import PreprocessService, ServiceSettings
+from preprocess.shm import SharedMemoryRing
 
 logger = logging.getLogger(__name__)
 
@@ -30,15 +33,50 @@ class Preprocess:
     server: RunningServer
     service: PreprocessService
     decoders: Decoders
+    pod: Pod | None = None
 
     @property
     def port(self) -> int:
         return self.server.port
 
     async def stop(self, grace: float) -> None:
+        if self.pod is not None:
+            await self.pod.stop_watching()
         await self.server.stop(grace)
         self.service.close()
         self.decoders.close()
+        if self.pod is not None:
+            await self.pod.close()
+
+
+@dataclass
+class Pod:
+    """Beside Triton: the ring, the client of the pod's Triton, the health watcher."""
+
+    ring: SharedMemoryRing
+    triton: LocalTriton
+    stop: asyncio.Event
+    watcher: asyncio.Task[None] | None = None
+
+    @classmethod
+    def create(cls, config: Config) -> Pod:
+        ring = SharedMemoryRing(config.shm_prefix, config.shm_slots, config.slot_bytes)
+        if ring.reclaimed:
+            logger.info("reclaimed %d bytes of shared memory a killed preprocess left",
+                        ring.reclaimed)  # fmt: skip
+        metrics.SHM_SLOTS.set_function(lambda: ring.in_use)
+        return cls(ring, LocalTriton(config.triton_url, config.triton_token_file, ring),
+                   asyncio.Event())  # fmt: skip
+
+    async def stop_watching(self) -> None:
+        self.stop.set()
+        if self.watcher is not None:
+            await self.watcher
+
+    async def close(self) -> None:
+        await self.triton.unregister()
+        self.ring.close()
+        await self.triton.close()
 
 
 def backend_settings(config: Config) -> BackendSettings:
@@ -74,32 +112,35 @@ async def start(config: Config, machine: Machine | None = None) -> Preprocess:
         config.crop,
         config.resize,
     )
-    for reason in ("requests", "bytes"):  # every series from 0
+    for reason in ("requests", "bytes", "shared_memory"):  # every series from 0
         metrics.REFUSED.labels(reason)
     for media in ("image", "video"):
         metrics.EXPIRED.labels(media)
     metrics.BACKEND.labels(images.name, "image").set(1)
     metrics.BACKEND.labels(video.name, "video").set(1)
-    service = PreprocessService(
-        decoders,
-        ServiceSettings(
-            max_batch=config.max_batch,
-            sampling=default_sampling(config),
-            max_samples=config.video_max_samples,
-            video_threads=settings.workers,
-            max_stream_bytes=config.max_video_stream_bytes,
-            video_chunk=config.video_chunk_frames,
-            admission=admission.Admission(
-                admission.Limits(
-                    config.max_inflight,
-                    config.max_inflight_bytes,
-                    names=(
-                        "INFERLINE_PREPROCESS_MAX_INFLIGHT",
-                        "INFERLINE_PREPROCESS_MAX_INFLIGHT_BYTES",
-                    ),
-                )
-            ),
+    service_settings = ServiceSettings(
+        max_batch=config.max_batch,
+        sampling=default_sampling(config),
+        max_samples=config.video_max_samples,
+        video_threads=settings.workers,
+        max_stream_bytes=config.max_video_stream_bytes,
+        video_chunk=config.video_chunk_frames,
+        admission=admission.Admission(
+            admission.Limits(
+                config.max_inflight,
+                config.max_inflight_bytes,
+                names=(
+                    "INFERLINE_PREPROCESS_MAX_INFLIGHT",
+                    "INFERLINE_PREPROCESS_MAX_INFLIGHT_BYTES",
+                ),
+            )
         ),
+    )
+    pod = Pod.create(config) if config.triton_url else None
+    service = (
+        PreprocessService(decoders, service_settings)
+        if pod is None
+        else PodService(decoders, service_settings, pod.triton)
     )
     server = await start_server(
         "preprocess",
@@ -110,4 +151,12 @@ async def start(config: Config, machine: Machine | None = None) -> Preprocess:
         max_message_bytes=config.max_message_bytes,
         tls=server_tls(config),
     )
-    return Preprocess(server, service, decoders)
+    if pod is not None:
+        await server.set_serving(False)  # until its Triton is ready and the ring registered
+        pod.watcher = asyncio.create_task(watch_health(server, pod.triton, pod.stop))
+        logger.info(
+            "in-pod: serving Triton's models at %s, decoded batches in %d shared-memory slots "
+            "of %d bytes (/dev/shm/%s-*)",
+            config.triton_url, config.shm_slots, config.slot_bytes, config.shm_prefix,
+        )  # fmt: skip
+    return Preprocess(server, service, decoders, pod)

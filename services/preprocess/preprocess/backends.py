@@ -32,15 +32,27 @@ class Decoded:
     errors: list[DecodeError | None]
 
     @classmethod
-    def empty(cls, count: int, geometry: Geometry) -> Decoded:
-        tensors = np.zeros((count, 3, geometry.crop, geometry.crop), dtype=np.uint8)
-        return cls(tensors, [None] * count)
+    def empty(
+        cls, count: int, geometry: Geometry, out: npt.NDArray[np.uint8] | None = None
+    ) -> Decoded:
+        """Room for ``count`` images: ``out`` when given (shared memory, decoded into in
+        place; it must be ``[count, 3, crop, crop]``), else a new array of zeros."""
+        shape = (count, 3, geometry.crop, geometry.crop)
+        if out is None:
+            return cls(np.zeros(shape, dtype=np.uint8), [None] * count)
+        if out.shape != shape or out.dtype != np.uint8:
+            raise ValueError(f"out is {out.dtype} {list(out.shape)}; expected uint8 {list(shape)}")
+        return cls(out, [None] * count)
 
 
 class ImageBackend(Protocol):
     name: str
 
-    async def decode(self, images: Sequence[bytes]) -> Decoded: ...
+    async def decode(
+        self, images: Sequence[bytes], out: npt.NDArray[np.uint8] | None = None
+    ) -> Decoded:
+        """Decode ``images`` (into ``out`` when given: a failed image's row is zeroed)."""
+        ...
 
     def close(self) -> None: ...
 
@@ -92,10 +104,11 @@ async def decode_in_parts(
     parts: int,
     executor: ThreadPoolExecutor,
     decode_part: DecodePart,
+    into: npt.NDArray[np.uint8] | None = None,
 ) -> Decoded:
     """``images`` cut into at most ``parts`` slices, each decoded on ``executor`` at once:
-    one wake-up of the event loop per slice, not per image."""
-    out = Decoded.empty(len(images), geometry)
+    one wake-up of the event loop per slice, not per image. A failed image's row is zeros."""
+    out = Decoded.empty(len(images), geometry, into)
     loop = asyncio.get_running_loop()
     await asyncio.gather(
         *(
@@ -103,4 +116,8 @@ async def decode_in_parts(
             for start, stop in split(len(images), parts)
         )
     )
+    if into is not None:  # rows of the slot's last batch
+        for index, error in enumerate(out.errors):
+            if error is not None:
+                out.tensors[index] = 0
     return out

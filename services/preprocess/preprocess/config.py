@@ -9,10 +9,12 @@ from inferline import capacity
 from inferline.config import require
 from inferline.imaging.settings import require_video_settings
 from inferline.tls import require_tls
+from preprocess.shm import PREFIX as SHM_PREFIX
 
 PREFIX = "INFERLINE_PREPROCESS"
 
 BACKENDS = ("auto", "dali-gpu", "dali-cpu", "opencv")
+SLOT_SIDE = 320  # the largest crop an automatic shared-memory slot holds max_batch images of
 
 
 def usable_cores() -> int:
@@ -62,6 +64,18 @@ class Config:
     # Requests (and their encoded bytes) decoding at once; more are refused (inferline.capacity).
     max_inflight: int = capacity.PREPROCESS_INFLIGHT_REQUESTS
     max_inflight_bytes: int = capacity.PREPROCESS_INFLIGHT_BYTES
+    # In-pod placement: this preprocess runs beside a Triton (same pod, same /dev/shm) and
+    # serves its models to the batcher: encoded images in, decoded into shared memory, Triton's
+    # outputs (and ERRORS) out. "" serves preprocess and preprocess_video alone.
+    triton_url: str = ""
+    # Triton's access token for its restricted shared-memory protocol, read from this file
+    # ("" sends none: a Triton without --grpc-restricted-protocol).
+    triton_token_file: str = ""
+    # The shared-memory ring: /dev/shm/<prefix>-<i>, one prefix per preprocess (per pod).
+    shm_prefix: str = "inferline-preprocess"
+    shm_slots: int = 4  # batches decoded or at Triton at once; one more waits for a slot
+    # Bytes a slot holds; 0: max_batch images of up to 320 x 320 (any geometry to that size).
+    shm_slot_bytes: int = 0
     grace_s: float = 5.0
     # TLS on this service's own port(s) (inferline.tls): certificate and key files (PEM) to
     # serve TLS; with a CA too, mutual TLS: clients (Envoy) must present a certificate it signed.
@@ -93,8 +107,20 @@ class Config:
             "must be below max_message_bytes (an image arrives in one message)",
         )
         require_video_settings(self, PREFIX)
+        require(self.shm_slots > 0, PREFIX, "shm_slots", "must be at least 1")
+        require(self.shm_slot_bytes >= 0, PREFIX, "shm_slot_bytes", "must be >= 0 (0: automatic)")
+        require(
+            bool(SHM_PREFIX.match(self.shm_prefix)),
+            PREFIX,
+            "shm_prefix",
+            "must be letters, digits, '_', '.' or '-' (a file name under /dev/shm)",
+        )
         require(self.grace_s >= 0, PREFIX, "grace_s", "must not be negative")
         require_tls(self, PREFIX)
+
+    @property
+    def slot_bytes(self) -> int:
+        return self.shm_slot_bytes or self.max_batch * 3 * SLOT_SIDE * SLOT_SIDE
 
     @property
     def threads(self) -> int:

@@ -212,9 +212,11 @@ class DaliImageBackend:
             settings.max_batch,
         )
 
-    async def decode(self, images: Sequence[bytes]) -> Decoded:
+    async def decode(
+        self, images: Sequence[bytes], out: npt.NDArray[np.uint8] | None = None
+    ) -> Decoded:
         return await decode_in_parts(
-            images, self.geometry, self._parts, self.executor, self.decode_part
+            images, self.geometry, self._parts, self.executor, self.decode_part, out
         )
 
     def decode_part(self, out: Decoded, images: Sequence[bytes], start: int, stop: int) -> None:

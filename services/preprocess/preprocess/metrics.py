@@ -42,3 +42,12 @@ EXPIRED = Counter(
     "Requests whose deadline had passed before decoding began (not decoded)",
     ["media"],
 )
+# In-pod placement (preprocess beside Triton): the decoded batches handed over in shared memory.
+SHM_BYTES = Counter(
+    "inferline_preprocess_shared_memory_bytes_total",
+    "Decoded tensor bytes handed to the pod's Triton through shared memory (never the network)",
+)
+SHM_SLOTS = Gauge(
+    "inferline_preprocess_shared_memory_slots_in_use",
+    "Slots of the shared-memory ring holding a batch (decoding, or at Triton)",
+)

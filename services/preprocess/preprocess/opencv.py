@@ -5,6 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
+import numpy.typing as npt
+
 from inferline.imaging.decode import DecodeError, Geometry, Limits, decode_image
 from inferline.imaging.streaming import VideoReader
 from inferline.imaging.upload import UploadStream
@@ -29,9 +32,11 @@ class OpenCVBackend:
             except DecodeError as exc:
                 out.errors[index] = exc
 
-    async def decode(self, images: Sequence[bytes]) -> Decoded:
+    async def decode(
+        self, images: Sequence[bytes], out: npt.NDArray[np.uint8] | None = None
+    ) -> Decoded:
         return await decode_in_parts(
-            images, self.geometry, self.workers, self.executor, self._decode_part
+            images, self.geometry, self.workers, self.executor, self._decode_part, out
         )
 
     def close(self) -> None:
