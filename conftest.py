@@ -6,7 +6,8 @@ model, batcher, preprocess and middleman, every hop through Envoy. ``public_url`
 parametrised over where middleman runs and decodes, so every end-to-end test that takes it runs
 once per placement:
 
-- ``stack``: the stack's public endpoint (Envoy → middleman → Envoy → preprocess / batcher);
+- ``stack``: the stack's public endpoint, in the default (in-pod) placement: Envoy → middleman →
+  Envoy → batcher → Envoy → the GPU pod (a preprocess beside each Triton, shared memory);
 - ``remote-decode``: a middleman of its own calling a preprocess service of its own directly,
   then the session's Triton directly (no Envoy, no batcher);
 - ``in-process-decode``: a middleman of its own decoding in process, then the session's Triton.

@@ -46,7 +46,7 @@ def local_stack(run_dir: Path, **overrides: Any) -> Iterator[StackConfig]:
     """The local stack on free ports (every hop through Envoy), stopped on exit.
 
     ``overrides``: any StackConfig field, e.g. ``batcher=False`` (middleman -> Envoy ->
-    Triton), ``decode="inprocess"``, ``model="simulated_gpu"``.
+    Triton), ``placement="in-process"``, ``model="simulated_gpu"``.
     """
     config = config_on_free_ports(run_dir, **overrides)
     table = ProcessTable(run_dir)

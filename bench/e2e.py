@@ -68,16 +68,20 @@ def main() -> None:
     with direct_pipeline(Path(tempfile.mkdtemp(prefix="inferline-bench-")), args.repository) as url:
         demo_client(url, 3, args.concurrency)  # warm-up: connections, thread pools
         pipeline = demo_client(url, args.duration, args.concurrency)
-    # The deployed shape for comparison: Envoy in front of every hop (the batcher is left out;
-    # bench.batcher measures it), decoding in middleman and then at the preprocess service.
+    # The deployed shape for comparison: Envoy in front of every hop, each placement (the
+    # default, in-pod, with the batcher it needs; the others without: bench.batcher measures it).
     stacks = {}
-    for decode in ("inprocess", "service"):
+    for placement in ("in-pod", "in-process", "remote"):
         run_dir = Path(tempfile.mkdtemp(prefix="inferline-bench-"))
-        overrides = {"model_repository": str(args.repository), "decode": decode, "batcher": False}
+        overrides = {
+            "model_repository": str(args.repository),
+            "placement": placement,
+            "batcher": placement == "in-pod",
+        }
         with local_stack(run_dir, **overrides) as stack:
             target = f"127.0.0.1:{stack.public_port}"
             demo_client(target, 3, args.concurrency)
-            stacks[decode] = demo_client(target, args.duration, args.concurrency)
+            stacks[placement] = demo_client(target, args.duration, args.concurrency)
 
     ceilings.append(ceiling())
     best = max(ceilings)
@@ -90,8 +94,8 @@ def main() -> None:
         "pipeline_p99_ms": round(pipeline["p99_ms"], 1),
         "pipeline_errors": pipeline["errors"],
         **{
-            f"envoy_{decode}_{key}": round(summary[key], 1)
-            for decode, summary in stacks.items()
+            f"envoy_{placement}_{key}": round(summary[key], 1)
+            for placement, summary in stacks.items()
             for key in ("images_per_s", "p50_ms", "p99_ms", "errors")
         },
         "concurrency": args.concurrency,

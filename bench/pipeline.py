@@ -78,7 +78,7 @@ SCENARIOS = (
         "simulated_gpu",
         32,
         1,
-        decode="inprocess",
+        placement="in-process",
     ),
     # The public endpoint's other transport: KServe v2 REST with binary tensors (tritonclient.http).
     Scenario(

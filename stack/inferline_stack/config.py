@@ -28,7 +28,10 @@ CLUSTERS = (*SERVICES, MIDDLEMAN_REST)
 # Replica i listens on base + step * i. Triton's 8001 + 10 * 8 would reach Envoy's 8081.
 REPLICA_STEP = {TRITON: 10, BATCHER: 100, PREPROCESS: 100, MIDDLEMAN: 100}
 MAX_REPLICAS = 8
-DECODE_CHOICES = ("service", "inprocess")
+# Where images are decoded (README, Placements): beside each Triton (its GPU pod), at the
+# preprocess service pool, or in middleman.
+IN_POD, REMOTE, IN_PROCESS = "in-pod", "remote", "in-process"
+PLACEMENTS = (IN_POD, REMOTE, IN_PROCESS)
 EVERY = "*"  # StackConfig.models: every classifier in the model repository
 
 # Every TCP port field; each must differ from the others.
@@ -36,12 +39,18 @@ PORT_FIELDS = (
     "public_port", "preprocess_listener_port", "batcher_listener_port", "triton_listener_port",
     "envoy_admin_port", "middleman_port", "middleman_metrics_port", "middleman_rest_port",
     "preprocess_port", "preprocess_metrics_port", "batcher_port", "batcher_metrics_port",
-    "triton_grpc_port", "triton_http_port", "triton_metrics_port", "eds_port", "eds_metrics_port",
-    "prometheus_port",
+    "triton_grpc_port", "triton_http_port", "triton_metrics_port", "pod_port", "pod_metrics_port",
+    "eds_port", "eds_metrics_port", "prometheus_port",
 )  # fmt: skip
 # Which base ports each service's replicas step from (the others are fixed, one process each).
 REPLICA_PORT_FIELDS = {
-    TRITON: ("triton_grpc_port", "triton_http_port", "triton_metrics_port"),
+    TRITON: (
+        "triton_grpc_port",
+        "triton_http_port",
+        "triton_metrics_port",
+        "pod_port",
+        "pod_metrics_port",
+    ),
     BATCHER: ("batcher_port", "batcher_metrics_port"),
     PREPROCESS: ("preprocess_port", "preprocess_metrics_port"),
     MIDDLEMAN: ("middleman_port", "middleman_metrics_port", "middleman_rest_port"),
@@ -81,11 +90,17 @@ class StackConfig:
     triton_grpc_port: int = 8001
     triton_http_port: int = 8000
     triton_metrics_port: int = 8002
+    # In-pod: the preprocess beside each Triton replica (the pod's front door, where Envoy
+    # sends a replica's batches), and its /metrics.
+    pod_port: int = 8003
+    pod_metrics_port: int = 8004
     # The control plane: xDS for Envoy (and proxyless gRPC), its /metrics.
     eds_port: int = 18000
     eds_metrics_port: int = 9183
-    # Where images are decoded: "service" (the preprocess service) or "inprocess" (middleman).
-    decode: str = "service"
+    # Where images are decoded: "in-pod" (a preprocess beside each Triton replica, fed encoded
+    # batches by the batcher, tensors to Triton in shared memory), "remote" (the preprocess
+    # service's own pool) or "in-process" (middleman decodes).
+    placement: str = IN_POD
     # True: middleman -> Envoy -> batcher -> Envoy -> Triton. False: middleman -> Envoy -> Triton.
     batcher: bool = True
     # True: the batcher balances over Triton itself (gRPC's xDS client, xds:///triton).
@@ -115,7 +130,12 @@ class StackConfig:
             other = owner.setdefault(port, name)
             also = f"port {port} is also {env_name(PREFIX, other)}; each port must differ"
             require(other == name, PREFIX, name, also)
-        require(self.decode in DECODE_CHOICES, PREFIX, "decode", "must be service or inprocess")
+        require(
+            self.placement in PLACEMENTS,
+            PREFIX,
+            "placement",
+            f"must be one of {', '.join(PLACEMENTS)}",
+        )
         require(bool(self.model), PREFIX, "model", "must name a model")
         try:
             shlex.split(self.triton_args)
@@ -166,7 +186,7 @@ class StackConfig:
         return tuple(
             s
             for s in SERVICES
-            if (s != BATCHER or self.batcher) and (s != PREPROCESS or self.decode == "service")
+            if (s != BATCHER or self.batcher) and (s != PREPROCESS or self.placement == REMOTE)
         )
 
     @property

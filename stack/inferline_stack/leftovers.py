@@ -8,7 +8,9 @@ so those are the stack's to remove. A ``psm_*`` segment cannot be traced to the 
 made it once that process is gone; but one that no live process maps or holds open is nobody's
 (its maker unlinks it when done, and a segment in use is mapped by its maker), so the stack
 frees every such segment of its own user, past a short age that covers the moment between
-creating a segment and mapping it.
+creating a segment and mapping it. The in-pod rings (``inferline-*``, :mod:`preprocess.shm`) are
+freed the same way once their pod is gone: a live ring is mapped by its preprocess, and a
+registered one by its Triton.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from pathlib import Path
 SHM = Path("/dev/shm")
 NAMED = re.compile(r"^pytrtion(\d+)-")  # PyTriton's own: named after the process that made it
 RANDOM = "psm_"  # multiprocessing.shared_memory's
+# In-pod: the rings of the preprocess beside each Triton (preprocess.shm), and their lock files.
+RINGS = "inferline-"
 # A segment is mapped within microseconds of its creation (SharedMemory's constructor does both);
 # a younger one may be in that moment, so it is left for the next sweep.
 MIN_AGE_S = 2.0
@@ -71,11 +75,12 @@ def alive(pid: int) -> bool:
 
 
 def orphan_segments(min_age_s: float = MIN_AGE_S) -> list[Path]:
-    """PyTriton's shared memory segments of this user that are nobody's: a ``pytrtion<pid>-*``
-    whose process is gone, a ``psm_*`` that no live process maps or holds open."""
+    """PyTriton's and the pods' shared memory segments of this user that are nobody's: a
+    ``pytrtion<pid>-*`` whose process is gone, a ``psm_*`` or ``inferline-*`` (a ring slot, or
+    its lock) that no live process maps or holds open."""
     try:
         named = {p: m for p in SHM.iterdir() if (m := NAMED.match(p.name))}
-        random = [p for p in SHM.iterdir() if p.name.startswith(RANDOM)]
+        random = [p for p in SHM.iterdir() if p.name.startswith((RANDOM, RINGS))]
     except OSError:  # no /dev/shm
         return []
     orphans = [p for p, m in named.items() if not alive(int(m.group(1)))]

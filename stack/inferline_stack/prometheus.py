@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from inferline_stack.config import TRITON, StackConfig
+from inferline_stack.config import PREPROCESS, TRITON, StackConfig
 from inferline_stack.services import ENVOY, HOST, Service, run_path
 
 PROMETHEUS = "prometheus"
@@ -76,6 +76,13 @@ def sync_targets(config: StackConfig, running: Iterable[Service]) -> None:
     targets = folder(config) / "targets"
     targets.mkdir(parents=True, exist_ok=True)
     wanted = {f"{job(s)}-{s.name}.json": [target_group(s)] for s in running if s.metrics}
+    for s in running:  # in-pod: the preprocess beside a Triton, a preprocess of its own
+        if s.pod_metrics:
+            address = urlsplit(s.pod_metrics).netloc
+            labels = {"service": PREPROCESS, "replica": f"{s.name}-{PREPROCESS}"}
+            wanted[f"inferline-{s.name}-{PREPROCESS}.json"] = [
+                {"targets": [address], "labels": labels}
+            ]
     for name, groups in wanted.items():
         path = targets / name
         text = json.dumps(groups, indent=2) + "\n"

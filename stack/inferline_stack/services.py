@@ -26,10 +26,12 @@ from inferline_stack import certs, health, leftovers
 from inferline_stack.config import (
     BATCHER,
     CLUSTERS,
+    IN_POD,
     MAX_REPLICAS,
     MIDDLEMAN,
     MIDDLEMAN_REST,
     PREPROCESS,
+    REMOTE,
     SERVICES,
     TRITON,
     StackConfig,
@@ -40,6 +42,7 @@ EDS, ENVOY = "eds", "envoy"
 HOST = "127.0.0.1"  # every process of the local stack listens on loopback only
 ZONE = "local"
 REPLICA_NAME = re.compile(r"^([a-z]+)-([0-9]+)$")
+SHM_PREFIX = "inferline"  # in-pod: /dev/shm/inferline-triton-<i>-<slot>, the pod's ring
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class Service:
     also: tuple[tuple[str, int], ...] = ()
     tls: health.ClientTls | None = None  # how its own port is reached (mTLS), None: plaintext
     certs: str = ""  # a digest of the certificates it serves and trusts (TLS on)
+    pod_metrics: str = ""  # in-pod: the /metrics of the preprocess beside this Triton
 
     def fingerprint(self) -> str:
         """Changes whenever what it would be started with changes (``up`` restarts it then)."""
@@ -160,29 +164,7 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
     models = config.served_models()
     tls = envoy_client_tls(config) if config.tls else None
     if service == TRITON:
-        grpc_port, http_port, metrics_port = ports
-        return Service(
-            name=name,
-            argv=python(
-                "inferline_models.triton",
-                f"--repository={config.model_repository}",
-                *(f"--model={model}" for model in models),
-                f"--address={HOST}",
-                f"--grpc-port={grpc_port}",
-                f"--http-port={http_port}",
-                f"--metrics-port={metrics_port}",
-                f"--workspace={leftovers.workspace(config.run_dir, name).resolve()}",
-                *triton_tls_args(config),
-                *shlex.split(config.triton_args),
-            ),
-            address=address,
-            check=lambda: health.ready(address, *models, tls=tls),
-            metrics=f"http://{HOST}:{metrics_port}/metrics",
-            cluster=TRITON,
-            port=grpc_port,
-            certs=certs_digest(config, TRITON),
-            tls=tls,
-        )
+        return triton_replica(config, index)
     port, metrics_port, *rest_port = ports  # middleman: and its REST port
     prefix = f"INFERLINE_{service.upper()}"
     env = {f"{prefix}_HOST": HOST, f"{prefix}_PORT": str(port),
@@ -194,13 +176,14 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
         env.update(batcher_upstream(config))
     elif service == MIDDLEMAN:
         upstream = BATCHER if config.batcher else TRITON
-        remote_decode = config.decode == "service"
+        remote_decode = config.placement == REMOTE
         env.update(
             {
                 f"{prefix}_TRITON_URL": config.listener(upstream),
                 f"{prefix}_TRITON_MODEL": config.model,
                 f"{prefix}_REPOSITORY": config.model_repository,
                 f"{prefix}_MODELS": ",".join(models[1:]),
+                f"{prefix}_PLACEMENT": config.placement,
                 f"{prefix}_PREPROCESS_URL": config.listener(PREPROCESS) if remote_decode else "",
                 f"{prefix}_REST_PORT": str(rest_port[0]),
             }
@@ -217,6 +200,72 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
         also=((MIDDLEMAN_REST, rest_port[0]),) if rest_port else (),
         certs=certs_digest(config, service),
         tls=tls,
+    )
+
+
+def triton_command(config: StackConfig, index: int) -> list[str]:
+    """Triton replica ``index``'s own command line (in-pod, the pod runs it)."""
+    grpc_port, http_port, metrics_port, *_ = config.replica_ports(TRITON, index)
+    name = replica_name(TRITON, index)
+    return python(
+        "inferline_models.triton",
+        f"--repository={config.model_repository}",
+        *(f"--model={model}" for model in config.served_models()),
+        f"--address={HOST}",
+        f"--grpc-port={grpc_port}",
+        f"--http-port={http_port}",
+        f"--metrics-port={metrics_port}",
+        f"--workspace={leftovers.workspace(config.run_dir, name).resolve()}",
+        # In-pod, only the preprocess beside it calls it (loopback); Envoy reaches the pod.
+        *([] if config.placement == IN_POD else triton_tls_args(config)),
+        *shlex.split(config.triton_args),
+    )
+
+
+def triton_replica(config: StackConfig, index: int) -> Service:
+    """Triton replica ``index``: Triton alone, its gRPC port Envoy's endpoint; or, in-pod, a
+    GPU pod (:mod:`inferline_stack.pod`): Triton, reached only by the preprocess beside it
+    (loopback, shared memory), whose port is the endpoint."""
+    grpc_port, _, metrics_port, pod_port, pod_metrics_port = config.replica_ports(TRITON, index)
+    name = replica_name(TRITON, index)
+    models = config.served_models()
+    tls = envoy_client_tls(config) if config.tls else None
+    in_pod = config.placement == IN_POD
+    port = pod_port if in_pod else grpc_port
+    address = f"{HOST}:{port}"
+    replica = Service(
+        name=name,
+        argv=triton_command(config, index),
+        address=address,
+        check=lambda: health.ready(address, *models, tls=tls),
+        metrics=f"http://{HOST}:{metrics_port}/metrics",
+        cluster=TRITON,
+        port=port,
+        certs=certs_digest(config, PREPROCESS if in_pod else TRITON),
+        tls=tls,
+    )
+    if not in_pod:
+        return replica
+    prefix = "INFERLINE_PREPROCESS"
+    token = run_path(config, "pods").resolve() / f"{name}.token"
+    env = {
+        f"{prefix}_HOST": HOST,
+        f"{prefix}_PORT": str(pod_port),
+        f"{prefix}_METRICS_PORT": str(pod_metrics_port),
+        f"{prefix}_TRITON_URL": f"{HOST}:{grpc_port}",
+        f"{prefix}_TRITON_TOKEN_FILE": str(token),
+        f"{prefix}_SHM_PREFIX": f"{SHM_PREFIX}-{name}",
+        **capacity_env(PREPROCESS),
+        **tls_env(config, PREPROCESS),
+    }
+    argv = python(
+        "inferline_stack.pod",
+        f"--token-file={token}",
+        f"--triton={shlex.join(replica.argv)}",
+        f"--preprocess={shlex.join(python(PREPROCESS))}",
+    )
+    return dataclasses.replace(
+        replica, argv=argv, env=env, pod_metrics=f"http://{HOST}:{pod_metrics_port}/metrics"
     )
 
 

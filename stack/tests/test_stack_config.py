@@ -19,11 +19,12 @@ def test_defaults_are_the_documented_ports() -> None:
         ("middleman", 8080), ("preprocess", 8081), ("batcher", 8082), ("triton", 8083),
     )  # fmt: skip
     assert config.admin_url == "http://127.0.0.1:9901"
-    assert config.replica_ports("triton", 0) == (8001, 8000, 8002)
-    assert config.replica_ports("triton", 7) == (8071, 8070, 8072)  # 8081 would be Envoy's
+    # gRPC, HTTP, metrics, and (in-pod) the preprocess beside it and its metrics
+    assert config.replica_ports("triton", 0) == (8001, 8000, 8002, 8003, 8004)
+    assert config.replica_ports("triton", 7) == (8071, 8070, 8072, 8073, 8074)  # not Envoy's 8081
     assert config.replica_ports("middleman", 2) == (8290, 9380, 8293)
     assert config.replica_ports("batcher", 1) == (8192, 9282)
-    assert config.services == ("triton", "batcher", "preprocess", "middleman")
+    assert config.services == ("triton", "batcher", "middleman")  # in-pod: no preprocess pool
     with pytest.raises(ValueError, match="at most 8"):
         config.replica_ports("triton", 8)
 
@@ -48,12 +49,12 @@ def test_bad_settings_fail_by_name() -> None:
         StackConfig(tls=True, proxyless=True)
     with pytest.raises(ConfigError, match="INFERLINE_STACK_TRITON_ARGS"):
         StackConfig(triton_args="--simulated-t0-ms '40")
-    with pytest.raises(ConfigError, match="INFERLINE_STACK_DECODE"):
-        load(StackConfig, PREFIX, environ={"INFERLINE_STACK_DECODE": "gpu"})
+    with pytest.raises(ConfigError, match="INFERLINE_STACK_PLACEMENT"):
+        load(StackConfig, PREFIX, environ={"INFERLINE_STACK_PLACEMENT": "gpu"})
 
 
 def test_the_configuration_travels_as_environment_variables() -> None:
-    config = StackConfig(run_dir="/tmp/x", public_port=18080, batcher=False, decode="inprocess")
+    config = StackConfig(run_dir="/tmp/x", public_port=18080, batcher=False, placement="in-process")
     assert load(StackConfig, PREFIX, environ=config.environ()) == config
     assert config.environ()["INFERLINE_STACK_BATCHER"] == "false"
 
@@ -68,9 +69,12 @@ def test_tls_gives_every_service_its_certificate_and_envoy_the_clients(tmp_path:
             f"{prefix}_TLS_KEY": str(made / f"{service}.key"),
             f"{prefix}_TLS_CA": str(made / "ca.crt"),
         }
-    triton = services.replica(config, "triton", 0)
-    assert f"--tls-ca={made / 'ca.crt'}" in triton.argv
+    triton = services.replica(config, "triton", 0)  # in-pod: Envoy reaches the pod's preprocess
+    assert triton.env["INFERLINE_PREPROCESS_TLS_CERT"] == str(made / "preprocess.crt")
+    assert not any(a.startswith("--tls") for a in services.triton_command(config, 0))
     assert triton.tls is not None and triton.tls.cert == str(made / "envoy-client.crt")
+    alone = StackConfig(run_dir=str(tmp_path), tls=True, placement="remote")
+    assert f"--tls-ca={made / 'ca.crt'}" in services.replica(alone, "triton", 0).argv
     params = services.envoy_params(config)
     assert params.public_tls_cert == str(made / "public.crt")
     assert params.tls_clusters == ("middleman", "preprocess", "batcher", "triton")
@@ -101,21 +105,32 @@ def env(config: StackConfig, service: str) -> dict[str, str]:
 
 
 def test_every_hop_goes_through_envoy() -> None:
-    config = StackConfig()
+    config = StackConfig()  # in-pod
+    assert config.services == ("triton", "batcher", "middleman")
     middleman = env(config, "middleman")
     assert middleman["INFERLINE_MIDDLEMAN_PORT"] == "8090"
     assert middleman["INFERLINE_MIDDLEMAN_TRITON_URL"] == "127.0.0.1:8082"  # the batcher
-    assert middleman["INFERLINE_MIDDLEMAN_PREPROCESS_URL"] == "127.0.0.1:8081"
+    assert middleman["INFERLINE_MIDDLEMAN_PLACEMENT"] == "in-pod"
+    assert middleman["INFERLINE_MIDDLEMAN_PREPROCESS_URL"] == ""
     assert env(config, "batcher")["INFERLINE_BATCHER_UPSTREAM_URL"] == "127.0.0.1:8083"
-    second = services.replica(config, "triton", 1)
-    assert "--grpc-port=8011" in second.argv and "--address=127.0.0.1" in second.argv
+    second = services.replica(config, "triton", 1)  # a GPU pod: Triton and its preprocess
+    assert second.argv[1:3] == ["-m", "inferline_stack.pod"]
+    command = services.triton_command(config, 1)
+    assert "--grpc-port=8011" in command and "--address=127.0.0.1" in command
+    assert second.env["INFERLINE_PREPROCESS_TRITON_URL"] == "127.0.0.1:8011"  # loopback only
+    assert second.env["INFERLINE_PREPROCESS_SHM_PREFIX"] == "inferline-triton-1"
     assert (second.name, second.endpoint().port, second.endpoint().name) == (
-        "triton-1", 8011, "triton-1",
+        "triton-1", 8013, "triton-1",
     )  # fmt: skip
+    remote = StackConfig(placement="remote")
+    assert remote.services == ("triton", "batcher", "preprocess", "middleman")
+    assert env(remote, "middleman")["INFERLINE_MIDDLEMAN_PREPROCESS_URL"] == "127.0.0.1:8081"
+    alone = services.replica(remote, "triton", 1)
+    assert "--grpc-port=8011" in alone.argv and alone.endpoint().port == 8011
 
 
 def test_the_direct_path_and_in_process_decoding_are_configuration_choices() -> None:
-    config = StackConfig(batcher=False, decode="inprocess", model="simulated_gpu")
+    config = StackConfig(batcher=False, placement="in-process", model="simulated_gpu")
     assert config.services == ("triton", "middleman")
     middleman = env(config, "middleman")
     assert middleman["INFERLINE_MIDDLEMAN_TRITON_URL"] == "127.0.0.1:8083"  # Envoy -> Triton
@@ -125,7 +140,7 @@ def test_the_direct_path_and_in_process_decoding_are_configuration_choices() -> 
 
 def test_triton_args_reach_every_replica() -> None:
     config = StackConfig(model="simulated_gpu", triton_args="--simulated-t0-ms 40")
-    argv = services.replica(config, "triton", 3).argv
+    argv = services.triton_command(config, 3)
     assert argv[-2:] == ["--simulated-t0-ms", "40"] and "--model=simulated_gpu" in argv
 
 
@@ -160,8 +175,8 @@ def test_replica_names() -> None:
 
 
 def test_free_ports_leave_room_for_every_replica(tmp_path: Path) -> None:
-    config = config_on_free_ports(tmp_path, decode="inprocess", eds_port=18000)
-    assert config.decode == "inprocess" and config.eds_port == 18000
+    config = config_on_free_ports(tmp_path, placement="in-process", eds_port=18000)
+    assert config.placement == "in-process" and config.eds_port == 18000
     every = [getattr(config, name) for name in PORT_FIELDS]
     for service in ("triton", "batcher", "preprocess", "middleman"):
         for i in range(1, 8):
@@ -181,7 +196,7 @@ def test_triton_and_middleman_serve_every_classifier_of_the_repository(tmp_path:
         card(tmp_path, name)
     config = StackConfig(model_repository=str(tmp_path))
     assert config.served_models() == ["efficientnet_lite0", "efficientnet_lite2", "mine"]
-    argv = services.replica(config, "triton", 0).argv
+    argv = services.triton_command(config, 0)
     assert [a for a in argv if a.startswith("--model=")] == [
         "--model=efficientnet_lite0", "--model=efficientnet_lite2", "--model=mine",
     ]  # fmt: skip

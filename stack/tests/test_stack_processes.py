@@ -73,8 +73,8 @@ def test_status_without_a_stack(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_cli_rejects_a_bad_setting(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["status", "--decode", "gpu"]) == 2
-    assert "INFERLINE_STACK_DECODE" in capsys.readouterr().err
+    assert main(["status", "--placement", "gpu"]) == 2
+    assert "INFERLINE_STACK_PLACEMENT" in capsys.readouterr().err
 
 
 def test_drain_without_an_endpoints_file_just_stops(tmp_path: Path) -> None:

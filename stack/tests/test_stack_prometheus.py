@@ -47,7 +47,15 @@ def test_targets_follow_what_runs(tmp_path: Path) -> None:
     assert set(files) == {
         "inferline-eds.json", "envoy-envoy.json", "triton-triton-0.json",
         "triton-triton-1.json", "inferline-middleman-0.json",
+        # in-pod (the default): the preprocess beside each Triton, scraped as a preprocess
+        "inferline-triton-0-preprocess.json", "inferline-triton-1-preprocess.json",
     }  # fmt: skip
+    assert files["inferline-triton-1-preprocess.json"] == [
+        {
+            "targets": [f"127.0.0.1:{config.pod_metrics_port + 10}"],
+            "labels": {"service": "preprocess", "replica": "triton-1-preprocess"},
+        }
+    ]
     (group,) = files["triton-triton-1.json"]
     assert group == {
         "targets": [f"127.0.0.1:{config.triton_metrics_port + 10}"],
@@ -60,5 +68,6 @@ def test_targets_follow_what_runs(tmp_path: Path) -> None:
     unchanged = (targets / "triton-triton-0.json").stat().st_mtime_ns
     prometheus.sync_targets(config, [services.eds(config), services.envoy(config), triton0])
     assert not (targets / "triton-triton-1.json").exists()  # a drained replica leaves
+    assert not (targets / "inferline-triton-1-preprocess.json").exists()  # with its pod
     assert not (targets / "inferline-middleman-0.json").exists()
     assert (targets / "triton-triton-0.json").stat().st_mtime_ns == unchanged  # not rewritten

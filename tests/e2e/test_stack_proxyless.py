@@ -33,7 +33,7 @@ def proxyless_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackC
     config = config_on_free_ports(
         tmp_path_factory.mktemp("proxyless"),
         model="simulated_gpu",
-        decode="inprocess",
+        placement="in-process",
         proxyless=True,
     )
     table = ProcessTable(Path(config.run_dir))

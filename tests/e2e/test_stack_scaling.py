@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ import pytest
 from eds.cache import Health
 from eds.sources import endpoints_file
 from inferline_envoy import admin as envoy_admin
-from inferline_stack import leftovers
+from inferline_stack import leftovers, services
 from inferline_stack.config import TRITON, StackConfig
 from inferline_stack.processes import ProcessTable, group_alive, kill_group
 from inferline_stack.prometheus import PROMETHEUS, binary
@@ -49,12 +50,12 @@ WAIT_S = 60.0  # generous: only bounds how long a broken run takes to fail
 
 @pytest.fixture(scope="module")
 def scaling_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackConfig]:
-    """Its own stack's configuration on free ports: simulated GPU, batcher, middleman decoding
-    in process. Stopped after the module's last test."""
+    """Its own stack's configuration on free ports: simulated GPU, batcher, the default in-pod
+    placement (each Triton replica a GPU pod with its preprocess). Stopped after the module's
+    last test."""
     config = config_on_free_ports(
         tmp_path_factory.mktemp("scaling"),
         model="simulated_gpu",
-        decode="inprocess",
         prometheus_config=str(ROOT / "grafana" / "prometheus" / "prometheus.yml"),
         scrape_interval_s=1.0,
     )
@@ -127,7 +128,8 @@ async def served_by_all(config: StackConfig, ports: set[int]) -> None:
 
 
 def triton_port(config: StackConfig, index: int) -> int:
-    return config.replica_ports(TRITON, index)[0]
+    """Where Envoy reaches Triton replica ``index`` (in-pod: the preprocess beside it)."""
+    return services.replica(config, TRITON, index).port
 
 
 def triton_leftovers(config: StackConfig, table: ProcessTable) -> tuple[set[Path], list[Path]]:
@@ -229,6 +231,55 @@ async def test_kill_9_a_triton_replica_under_load(scaling_stack: StackConfig) ->
     await envoy_has(config, {triton_port(config, 0)})
     assert [p for p in segments if p.exists()] == []  # ...which the next `make scale` frees
     assert not workspace.exists()
+
+
+def ring_inodes(replica: str) -> dict[Path, int]:
+    """The slots of ``replica``'s shared-memory ring, by inode (a new ring has new ones)."""
+    return {p: p.stat().st_ino for p in Path("/dev/shm").glob(f"inferline-{replica}-*")}
+
+
+def pod_preprocess(pgid: int) -> int:
+    """The pid of the preprocess in the GPU pod of process group ``pgid``."""
+    for pid in group_pids(pgid):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[1:3] == [b"-m", b"preprocess"]:
+            return pid
+    raise AssertionError(f"no preprocess in process group {pgid}")
+
+
+async def test_kill_9_of_a_pods_preprocess_frees_its_ring(scaling_stack: StackConfig) -> None:
+    """The shared-memory ring a kill -9 leaves (its owner gone, its Triton stopped with the
+    pod) is unlinked by the next `make scale`, and the new pod has a ring of its own."""
+    config = scaling_stack
+    table = ProcessTable(Path(config.run_dir))
+    await scale(config, 2)
+    port, pgid = triton_port(config, 1), table.pid("triton-1")
+    assert pgid is not None
+    async with load(
+        public(config), concurrency=CONCURRENCY, timeout_s=30.0, images=images()
+    ) as recorder:
+        await served_by_all(config, {port})
+        await flowing(recorder, 100)
+        ring = ring_inodes("triton-1")
+        assert ring and all(p in shared_memory(group_pids(pgid)) for p in ring)  # mapped
+        os.kill(pod_preprocess(pgid), signal.SIGKILL)
+
+        async def stopped() -> bool:
+            return not group_alive(pgid)
+
+        await wait_for(stopped, WAIT_S, "the pod to stop with its preprocess")
+        await envoy_admin.wait_gone(config.admin_url, TRITON, HOST, port, WAIT_S)
+        await flowing(recorder, 100)  # the load goes on, on triton-0
+    assert recorder.errors == 0, recorder.errors_by_code
+    assert all(p.exists() for p in ring)  # left behind by the kill...
+    out = await scale(config, 2)  # ...until the next `make scale`, which starts a new pod
+    assert "triton-1 was not running" in out
+    await envoy_has(config, {triton_port(config, i) for i in (0, 1)})
+    now = ring_inodes("triton-1")
+    assert set(now) == set(ring) and not set(now.values()) & set(ring.values())  # all new
 
 
 async def another_shell(config: StackConfig, *args: str, **settings: str) -> tuple[int, str]:

@@ -17,7 +17,7 @@ from inferline.server import RunningServer, start_server
 from inferline.tls import server_tls
 from middleman import classifiers
 from middleman.classifiers import Classifiers
-from middleman.config import Config
+from middleman.config import IN_POD, REMOTE, Config
 from middleman.pipeline import (
     InProcessPreprocessor,
     Preprocessor,
@@ -38,7 +38,7 @@ class Middleman:
     server: RunningServer
     rest: RestApi
     rest_runner: web.AppRunner
-    preprocess: Preprocessor
+    preprocess: Preprocessor | None
     frames: FrameSource
     upstream: TritonUpstream
 
@@ -56,23 +56,31 @@ class Middleman:
         self.rest.live = False
         await self.server.stop(grace)
         await self.rest_runner.cleanup()
-        await self.preprocess.close()
+        if self.preprocess is not None:
+            await self.preprocess.close()
         await self.frames.close()
         await self.upstream.close()
 
 
-def make_preprocessor(config: Config) -> Preprocessor:
-    limits = Limits(config.max_image_bytes, config.max_pixels)
-    if config.preprocess_url:
+def make_preprocessor(config: Config) -> Preprocessor | None:
+    """Where images are decoded; None for the in-pod placement (beside Triton)."""
+    if config.decoding == IN_POD:
+        logger.info("in-pod: images go encoded to %s, decoded beside Triton", config.triton_url)
+        return None
+    if config.decoding == REMOTE:
         logger.info("decoding at the preprocess service %s", config.preprocess_url)
-        return RemotePreprocessor(config.preprocess_url, limits)
+        return RemotePreprocessor(config.preprocess_url, limits(config))
     logger.info("decoding in process on %d threads", config.decode_threads)
-    return InProcessPreprocessor(limits, config.decode_threads)
+    return InProcessPreprocessor(limits(config), config.decode_threads)
+
+
+def limits(config: Config) -> Limits:
+    return Limits(config.max_image_bytes, config.max_pixels)
 
 
 def make_frame_source(config: Config, geometry: Geometry) -> FrameSource:
     """Video frames from the preprocess service's preprocess_video, or decoded in process."""
-    if config.preprocess_url:
+    if config.decoding == REMOTE:
         return RemoteFrames(config.preprocess_url, geometry)
     return InProcessFrames(
         geometry,
@@ -108,6 +116,7 @@ async def start(config: Config) -> Middleman:
         Admission(admission_limits(config)),
         config.max_message_bytes,
         config.video_top_k,
+        limits(config),
     )
     server = await start_server(
         "middleman",

@@ -10,6 +10,8 @@ from inferline.imaging.settings import require_video_settings
 from inferline.tls import require_tls
 
 PREFIX = "INFERLINE_MIDDLEMAN"
+IN_POD, REMOTE, IN_PROCESS = "in-pod", "remote", "in-process"
+PLACEMENTS = (IN_POD, REMOTE, IN_PROCESS)
 
 
 @dataclass(frozen=True)
@@ -31,9 +33,13 @@ class Config:
     # For a model without a model card: its tensors, geometry and labels.
     triton_input: str = "INPUT"
     triton_output: str = "PROBS"
-    # Where decoding happens: "" decodes in this process; host:port calls a preprocess service
-    # (models preprocess and preprocess_video), told each request's geometry; its own settings
-    # apply to limits and video sampling.
+    # Where images are decoded (README, Placements): "in-pod", by the preprocess beside each
+    # Triton, which triton_url (the batcher) reaches with the encoded images; "remote", by the
+    # preprocess service at preprocess_url; "in-process", here. "" : remote when preprocess_url
+    # is set, else in-process.
+    placement: str = ""
+    # The preprocess service (models preprocess and preprocess_video), told each request's
+    # geometry; its own settings apply to limits and video sampling. Remote decoding only.
     preprocess_url: str = ""
     decode_threads: int = 2
     resize: int = 256
@@ -78,6 +84,18 @@ class Config:
         require(0 <= self.rest_port < 65536, PREFIX, "rest_port", "must be a TCP port (0: any)")
         require(0 <= self.metrics_port < 65536, PREFIX, "metrics_port", "must be a TCP port")
         require(bool(self.triton_url), PREFIX, "triton_url", "must be host:port")
+        require(
+            self.placement in ("", *PLACEMENTS),
+            PREFIX,
+            "placement",
+            f"must be one of {', '.join(PLACEMENTS)} (or empty: from preprocess_url)",
+        )
+        require(
+            (self.decoding == REMOTE) == bool(self.preprocess_url),
+            PREFIX,
+            "preprocess_url",
+            "must be set for the remote placement, and only for it",
+        )
         require(self.decode_threads > 0, PREFIX, "decode_threads", "must be at least 1")
         require(self.max_batch > 0, PREFIX, "max_batch", "must be at least 1")
         require(0 < self.crop <= self.resize, PREFIX, "crop", "must be > 0 and <= resize")
@@ -104,3 +122,8 @@ class Config:
         require(self.upstream_timeout_s > 0, PREFIX, "upstream_timeout_s", "must be positive")
         require(self.grace_s >= 0, PREFIX, "grace_s", "must not be negative")
         require_tls(self, PREFIX)
+
+    @property
+    def decoding(self) -> str:
+        """The placement: as set, or from ``preprocess_url`` when not."""
+        return self.placement or (REMOTE if self.preprocess_url else IN_PROCESS)

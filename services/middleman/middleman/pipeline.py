@@ -21,7 +21,7 @@ import numpy.typing as npt
 from prometheus_client import Counter
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from inferline import kserve
+from inferline import kserve, preprocessing
 from inferline.errors import InferError, from_upstream, invalid
 from inferline.imaging.decode import DecodeError, Geometry, Limits, check_size, decode_image
 from inferline.server import channel_options
@@ -99,8 +99,6 @@ class RemotePreprocessor:
     over-sized image is refused before it crosses the network.
     """
 
-    MODEL = "preprocess"
-
     def __init__(self, url: str, limits: Limits) -> None:
         self.url, self.limits = url, limits
         self.channel = grpc.aio.insecure_channel(url, options=channel_options())
@@ -109,33 +107,21 @@ class RemotePreprocessor:
     async def __call__(
         self, images: Sequence[bytes], geometry: Geometry, time_left: float
     ) -> Pixels:
-        for index, data in enumerate(images):
-            try:
-                check_size(data, self.limits)
-            except DecodeError as exc:
-                DECODE_ERRORS.labels(exc.kind).inc()
-                raise invalid(f"image {index}: {exc}") from None
-        request = service_pb2.ModelInferRequest(model_name=self.MODEL)
-        request.inputs.add(name="IMAGE", datatype="BYTES", shape=[len(images)])
-        request.outputs.add(name="ERRORS")
-        request.outputs.add(name="TENSOR")
-        for name, value in geometry_parameters(geometry).items():
-            request.parameters[name].int64_param = value
-        request.raw_input_contents.append(kserve.join_bytes(images))
+        check_sizes(images, self.limits)
+        request = images_request(preprocessing.MODEL, images, geometry)
+        request.outputs.add(name=preprocessing.ERRORS)
+        request.outputs.add(name=preprocessing.TENSOR)
         try:
             response = await self.stub.ModelInfer(request, timeout=time_left)
         except grpc.aio.AioRpcError as exc:
             raise from_upstream(exc, f"preprocess at {self.url}") from None
         tensors = {t.name: (t, i) for i, t in enumerate(response.outputs)}
-        if set(tensors) != {"ERRORS", "TENSOR"}:
+        if set(tensors) != {preprocessing.ERRORS, preprocessing.TENSOR}:
             raise InferError(
                 grpc.StatusCode.INTERNAL, f"preprocess at {self.url} returned no TENSOR or ERRORS"
             )
-        for index, message in enumerate(kserve.output_array(response, "ERRORS").ravel()):
-            if message:
-                DECODE_ERRORS.labels("remote").inc()
-                raise invalid(f"image {index}: {bytes(message).decode(errors='replace')}")
-        tensor, index = tensors["TENSOR"]
+        raise_refused(response, "remote")
+        tensor, index = tensors[preprocessing.TENSOR]
         pixels = Pixels(response.raw_output_contents[index], len(images), geometry.crop)
         shape = list(tensor.shape)
         if tensor.datatype != "UINT8" or shape != list(pixels.shape):
@@ -169,14 +155,36 @@ class TritonUpstream:
         request.inputs.add(name=model.input, datatype="UINT8", shape=pixels.shape)
         request.outputs.add(name=model.output)
         request.raw_input_contents.append(pixels.data)
+        return await self._call(request, model, pixels.count, time_left)
+
+    async def classify(
+        self, model: Classifier, images: Sequence[bytes], time_left: float
+    ) -> npt.NDArray[np.float32]:
+        """The in-pod placement: ``images`` still encoded, to be decoded beside Triton (in the
+        GPU pod, behind the batcher); a refused image fails the request as decoding here would."""
+        request = images_request(model.model, images, model.geometry)
+        request.outputs.add(name=model.output)
+        request.outputs.add(name=preprocessing.ERRORS)
+        return await self._call(request, model, len(images), time_left, errors=True)
+
+    async def _call(
+        self,
+        request: service_pb2.ModelInferRequest,
+        model: Classifier,
+        count: int,
+        time_left: float,
+        errors: bool = False,
+    ) -> npt.NDArray[np.float32]:
         try:
             response = await self.stub.ModelInfer(request, timeout=time_left)
+            if errors:
+                raise_refused(response, "in-pod")
             output = kserve.output_array(response, model.output)
         except grpc.aio.AioRpcError as exc:
             raise from_upstream(exc, f"inference at {self.url}") from None
-        except (KeyError, InferError):
+        except KeyError:
             output = None
-        if output is None or output.shape[0] != pixels.count:
+        if output is None or output.shape[0] != count:
             raise InferError(
                 grpc.StatusCode.INTERNAL,
                 f"inference at {self.url} returned no {model.output!r} of {model.model!r} for "
@@ -186,7 +194,7 @@ class TritonUpstream:
             raise InferError(
                 grpc.StatusCode.INTERNAL,
                 f"inference at {self.url}: {model.model!r} returned {list(output.shape)}, "
-                f"expected [{pixels.count}, {len(model.labels)}] (one score per label)",
+                f"expected [{count}, {len(model.labels)}] (one score per label)",
             )
         return np.asarray(output, dtype=np.float32)
 
@@ -208,4 +216,40 @@ class TritonUpstream:
 
 def geometry_parameters(geometry: Geometry) -> dict[str, int]:
     """The request parameters that tell the preprocess service a model's geometry."""
-    return {"resize": geometry.resize, "crop": geometry.crop}
+    return {preprocessing.RESIZE: geometry.resize, preprocessing.CROP: geometry.crop}
+
+
+def check_sizes(images: Sequence[bytes], limits: Limits) -> None:
+    """The byte limit, before an image crosses the network to be decoded elsewhere."""
+    for index, data in enumerate(images):
+        try:
+            check_size(data, limits)
+        except DecodeError as exc:
+            DECODE_ERRORS.labels(exc.kind).inc()
+            raise invalid(f"image {index}: {exc}") from None
+
+
+def images_request(
+    model: str, images: Sequence[bytes], geometry: Geometry
+) -> service_pb2.ModelInferRequest:
+    """``IMAGE`` BYTES ``[N]`` for ``model``, with its geometry (:mod:`inferline.preprocessing`)."""
+    request = service_pb2.ModelInferRequest(model_name=model)
+    request.inputs.add(name=preprocessing.IMAGE, datatype="BYTES", shape=[len(images)])
+    preprocessing.set_geometry(request, geometry.resize, geometry.crop)
+    request.raw_input_contents.append(kserve.join_bytes(images))
+    return request
+
+
+def raise_refused(response: service_pb2.ModelInferResponse, where: str) -> None:
+    """INVALID_ARGUMENT "image i: why" for the first image the decoder refused (``ERRORS``),
+    exactly as decoding in this process says it."""
+    try:
+        messages = kserve.output_array(response, preprocessing.ERRORS).ravel()
+    except KeyError:
+        raise InferError(
+            grpc.StatusCode.INTERNAL, f"the {where} decoder returned no ERRORS"
+        ) from None
+    refused = preprocessing.first_error(list(messages))
+    if refused is not None:
+        DECODE_ERRORS.labels(where).inc()
+        raise invalid(f"image {refused[0]}: {refused[1]}")

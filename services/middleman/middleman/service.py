@@ -20,6 +20,7 @@ from tritonclient.grpc import service_pb2
 from inferline import kserve
 from inferline.admission import Admission, Overloaded
 from inferline.errors import InferError, grpc_boundary, grpc_stream_boundary, invalid
+from inferline.imaging.decode import Limits
 from inferline.metrics import LATENCY_BUCKETS
 from inferline.sequence import chunked
 from inferline.servicer import Context, KServeServicer
@@ -27,7 +28,7 @@ from middleman import inputs, outputs
 from middleman.budget import Budget, Expired
 from middleman.classifiers import Classifier, Classifiers
 from middleman.models import VIDEO_MODEL, model_config, model_metadata
-from middleman.pipeline import Preprocessor, TritonUpstream
+from middleman.pipeline import Preprocessor, TritonUpstream, check_sizes
 from middleman.video import Video, VideoClassifier
 
 logger = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ class ClassifierService(KServeServicer):
 
     def __init__(
         self,
-        preprocess: Preprocessor,
+        preprocess: Preprocessor | None,
         upstream: TritonUpstream,
         classifiers: Classifiers,
         max_batch: int,
@@ -73,12 +74,16 @@ class ClassifierService(KServeServicer):
         admission: Admission,
         max_message_bytes: int,
         video_top_k: int = 5,
+        limits: Limits | None = None,
     ) -> None:
+        """``preprocess`` None: the in-pod placement (images go on encoded, each within
+        ``limits``' byte bound, and are decoded beside Triton)."""
         self.preprocess, self.upstream, self.video = preprocess, upstream, video
         self.classifiers, self.models = classifiers, classifiers.names
         self.max_batch, self.default_timeout = max_batch, default_timeout
         self.admission, self.max_message_bytes = admission, max_message_bytes
         self.video_top_k = video_top_k
+        self.limits = limits or Limits()
         for model in self.models:  # every series from 0, so the first refusal is a rate too
             for reason in REFUSAL_REASONS:
                 REFUSED.labels(model, reason)
@@ -143,14 +148,22 @@ class ClassifierService(KServeServicer):
         budget = Budget.start(time_remaining, self.default_timeout)
         with self.admitted(model, len(images), sum(map(len, images)), budget):
             start = time.perf_counter()
-            batch = await self.preprocess(images, classifier.geometry, budget.left(STAGES[0]))
-            decoded = time.perf_counter()
-            probabilities = await self.upstream.infer(classifier, batch, budget.left(STAGES[1]))
+            if self.preprocess is None:  # in-pod: decoded beside Triton, after the batcher
+                check_sizes(images, self.limits)
+                decoded = start
+                probabilities = await self.upstream.classify(
+                    classifier, images, budget.left(STAGES[1])
+                )
+            else:
+                batch = await self.preprocess(images, classifier.geometry, budget.left(STAGES[0]))
+                decoded = time.perf_counter()
+                probabilities = await self.upstream.infer(classifier, batch, budget.left(STAGES[1]))
             inferred = time.perf_counter()
             response = outputs.classifier_response(
                 model, request.id, counts, probabilities, classifier.labels
             )
-        STAGE_SECONDS.labels(model, "decode").observe(decoded - start)
+        if self.preprocess is not None:
+            STAGE_SECONDS.labels(model, "decode").observe(decoded - start)
         STAGE_SECONDS.labels(model, "infer").observe(inferred - decoded)
         STAGE_SECONDS.labels(model, "postprocess").observe(time.perf_counter() - inferred)
         IMAGES.labels(model).inc(len(images))
