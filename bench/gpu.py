@@ -71,7 +71,8 @@ from tritonclient.utils import InferenceServerException
 
 from bench.benchlib import PHOTOS, RESULTS
 from bench.gpu_preprocess import dali_decode_rate, gpu_name
-from bench.pipeline import CLIENT, REPOSITORY, measure, print_table, stack
+from bench.pipeline import CLIENT, REPOSITORY, decoder_floor_ms, measure, print_table, stack
+from demo_client.samples import build_samples
 from inferline_models.onnx_backend import Provider, missing_provider
 from inferline_models.repository import INPUT_NAME, OUTPUT_NAME, load_spec, onnx_path
 from inferline_stack.health import wait_ready
@@ -336,8 +337,13 @@ def pipeline_part(
             for batch, concurrency in PIPELINE_LOADS:
                 title = f"GPU ({provider}), conc {concurrency}, {batch} image(s)/request"
                 with console.status(f"pipeline: {title}, {duration:g} s …"):
+                    floor = decoder_floor_ms([p.read_bytes() for p in build_samples()])
                     result = measure(
-                        config, concurrency=concurrency, batch=batch, duration_s=duration
+                        config,
+                        concurrency=concurrency,
+                        batch=batch,
+                        duration_s=duration,
+                        floor_ms=floor,
                     )
                 scenarios[str(batch)] = {
                     "title": title,

@@ -1,13 +1,17 @@
 """CPU the pipeline spends per image, by process, and how its throughput scales out
 -> bench/results/pipeline.json.
 
-1. **CPU per image.** The default stack (every hop through Envoy, the batcher, the preprocess
-   service) under the demo client, for each scenario: the simulated GPU at 1 and at 8 images
-   per request (the model costs no CPU, so what is left is the pipeline's own cost), and the
-   real model (EfficientNet-Lite0 with ONNX Runtime on these cores). For each process (its
-   whole group: Triton's holds PyTriton, tritonserver and its stubs), utime + stime from /proc
-   over the measured run, divided by the images answered; the demo client's from its rusage.
-   From the total: images/s per core, and the cores a pipeline needs per 1,000 images/s.
+1. **CPU per image, by placement.** The stack (every hop through Envoy) under the demo client in
+   each placement (in-pod, the default; remote; in-process), on the simulated GPU at 1 and at 8
+   images per request (the model costs no CPU, so what is left is the pipeline's own cost),
+   plus the real model (EfficientNet-Lite0 with ONNX Runtime on these cores) and REST. For each
+   process (its whole group: Triton's holds PyTriton, tritonserver and its stubs; in-pod, the
+   preprocess of the pod counts as preprocess), utime + stime from /proc over the measured run,
+   divided by the images answered; the demo client's from its rusage. From the total: images/s
+   per core, the cores per 1,000 images/s, and the **pipeline overhead**: total - Triton - the
+   demo client - the decoder's own CPU per image on the same photos (a plain single-thread loop,
+   measured in the same run), the part that no GPU takes away. And the bytes through Envoy per
+   image (every cluster's upstream received + sent).
 2. **Scale-out efficiency.** The simulated GPU with its clock slowed (a batch of b takes
    ``t0 + k·b`` = 400 + 10·b ms, at most 8 images) so that these cores are never the limit:
    saturation throughput X(N) at N = 1, 2, 4 Triton replicas, and X(N) / (N·X(1)).
@@ -19,25 +23,31 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import platform
 import resource
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import cv2
 from rich.console import Console
 from rich.table import Table
 
 from bench.benchlib import ROOT, demo_client, local_stack, write_result
-from inferline_stack.config import TRITON, StackConfig
+from demo_client.samples import build_samples
+from inferline.imaging.decode import Geometry, Limits, decode_image
+from inferline_envoy import admin as envoy_admin
+from inferline_stack.config import IN_POD, IN_PROCESS, PREPROCESS, REMOTE, TRITON, StackConfig
 from inferline_stack.processes import ProcessTable
 from inferline_stack.scale import scale
 from inferline_testing.overload import stack_groups
-from inferline_testing.procfs import group_usage
+from inferline_testing.procfs import group_pids, process_usage
 
 console = Console()
 
@@ -63,27 +73,33 @@ class Scenario:
     model: str  # simulated_gpu or efficientnet_lite0
     concurrency: int
     batch: int  # images per request
-    decode: str = "service"  # INFERLINE_STACK_DECODE: the preprocess service, or in middleman
+    placement: str = IN_POD  # INFERLINE_STACK_PLACEMENT
     protocol: str = "grpc"  # the demo client's: KServe v2 over gRPC or HTTP/REST
 
 
+def _placements() -> tuple[Scenario, ...]:
+    """The simulated GPU at 1 and 8 images per request in each placement."""
+    return tuple(
+        Scenario(
+            f"{key}_{batch}",
+            f"{placement}, simulated GPU, conc {concurrency}, {batch} image(s)/request",
+            "simulated_gpu",
+            concurrency,
+            batch,
+            placement=placement,
+        )
+        for batch, concurrency in ((1, 32), (8, 16))
+        for placement, key in ((IN_POD, "simulated"), (REMOTE, "remote"), (IN_PROCESS, "inprocess"))
+    )
+
+
 SCENARIOS = (
-    Scenario("real_1", "real model, conc 16, 1 image/request", "efficientnet_lite0", 16, 1),
-    Scenario("simulated_1", "simulated GPU, conc 32, 1 image/request", "simulated_gpu", 32, 1),
-    Scenario("simulated_8", "simulated GPU, conc 16, 8 images/request", "simulated_gpu", 16, 8),
-    # The other arrangement: decoding in middleman's process, one hop (and its gRPC) fewer.
-    Scenario(
-        "simulated_1_inprocess",
-        "simulated GPU, conc 32, 1 image/request, decoding in middleman",
-        "simulated_gpu",
-        32,
-        1,
-        placement="in-process",
-    ),
+    *_placements(),
+    Scenario("real_1", "in-pod, real model, conc 16, 1 image/request", "efficientnet_lite0", 16, 1),
     # The public endpoint's other transport: KServe v2 REST with binary tensors (tritonclient.http).
     Scenario(
         "simulated_1_http",
-        "simulated GPU, conc 32, 1 image/request, over HTTP/REST",
+        "in-pod, simulated GPU, conc 32, 1 image/request, over HTTP/REST",
         "simulated_gpu",
         32,
         1,
@@ -99,13 +115,45 @@ def process_of(name: str) -> str | None:
 
 
 def cpu_seconds(config: StackConfig) -> dict[str, float]:
-    """CPU seconds each row's processes have used so far (replicas summed)."""
+    """CPU seconds each row's processes have used so far (replicas summed; in a GPU pod, its
+    preprocess is a preprocess and the rest is Triton)."""
     used = dict.fromkeys(PROCESSES, 0.0)
     for name, pgid in stack_groups(config).items():
         row = process_of(name)
-        if row is not None:
-            used[row] += group_usage(pgid).cpu_s
+        if row is None:
+            continue
+        for pid in group_pids(pgid):
+            used[PREPROCESS if is_preprocess(pid) else row] += process_usage(pid).cpu_s
     return used
+
+
+def is_preprocess(pid: int) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return argv[1:3] == [b"-m", PREPROCESS.encode()]
+
+
+def decoder_floor_ms(images: list[bytes], rounds: int = 3) -> float:
+    """CPU ms per image of the decoder alone on ``images``: one thread, a plain loop (the
+    DCT-reduced JPEG decode, resize and crop every placement runs), best of ``rounds``."""
+    cv2.setNumThreads(1)
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.process_time()
+        for data in images:
+            decode_image(data, Geometry(), Limits())
+        best = min(best, (time.process_time() - start) * 1000 / len(images))
+    return best
+
+
+def envoy_bytes(config: StackConfig) -> int:
+    """Bytes every cluster's upstream connections received and sent, so far."""
+    found = asyncio.run(
+        envoy_admin.stats(config.admin_url, r"^cluster\..*\.upstream_cx_[rt]x_bytes_total$")
+    )
+    return sum(int(value) for value in found.values())
 
 
 def children_cpu_seconds() -> float:
@@ -120,6 +168,7 @@ def measure(
     concurrency: int,
     batch: int,
     duration_s: float,
+    floor_ms: float,
     warmup_s: float = 3,
     protocol: str = "grpc",
 ) -> dict[str, Any]:
@@ -128,17 +177,23 @@ def measure(
     extra = ("--batch", str(batch), "--protocol", protocol)
     demo_client(target, warmup_s, concurrency, *extra)  # connections, pools, pipelines
     before, client_before = cpu_seconds(config), children_cpu_seconds()
+    bytes_before = envoy_bytes(config)
     summary = demo_client(target, duration_s, concurrency, *extra)
     after, client_after = cpu_seconds(config), children_cpu_seconds()
+    moved = envoy_bytes(config) - bytes_before
     after[CLIENT], before[CLIENT] = client_after, client_before
     images = summary["images"]
     if not images:
         raise SystemExit(f"no image was answered: {summary}")
     per_image = {row: round((after[row] - before[row]) * 1000 / images, 2) for row in PROCESSES}
     total = sum(per_image.values())
+    overhead = total - per_image["triton"] - per_image[CLIENT] - floor_ms
     return {
         "cpu_ms_per_image": per_image,
         "total_cpu_ms_per_image": round(total, 2),
+        "decoder_floor_ms_per_image": round(floor_ms, 2),
+        "pipeline_overhead_ms_per_image": round(overhead, 2),
+        "envoy_kib_per_image": round(moved / images / 1024, 1),
         "images_per_s": round(summary["images_per_s"], 1),
         "images_per_s_per_core": round(1000 / total, 1),
         # cores busy for 1,000 images/s: total ms per image x 1,000 images/s / 1,000 ms/s
@@ -168,24 +223,28 @@ def stack(model: str, **overrides: Any) -> Iterator[StackConfig]:
 
 
 def scenarios(chosen: tuple[Scenario, ...], duration_s: float, **overrides: Any) -> dict[str, Any]:
+    photos = [p.read_bytes() for p in build_samples()]  # the demo client's own photos
     results: dict[str, Any] = {}
     for scenario in chosen:
+        floor_ms = decoder_floor_ms(photos)  # beside each run: this machine's speed drifts
         status = f"{scenario.title}: starting the stack, then {duration_s:g} s …"
         with (
             console.status(status),
-            stack(scenario.model, decode=scenario.decode, **overrides) as config,
+            stack(scenario.model, placement=scenario.placement, **overrides) as config,
         ):
             result = measure(
                 config,
                 concurrency=scenario.concurrency,
                 batch=scenario.batch,
                 duration_s=duration_s,
+                floor_ms=floor_ms,
                 protocol=scenario.protocol,
             )
         results[scenario.key] = {**asdict(scenario), **result}
         console.print(
-            f"{scenario.title}: {result['total_cpu_ms_per_image']} CPU ms/image, "
-            f"{result['images_per_s']} images/s"
+            f"{scenario.title}: {result['total_cpu_ms_per_image']} CPU ms/image, overhead "
+            f"{result['pipeline_overhead_ms_per_image']} ms, {result['images_per_s']} images/s, "
+            f"{result['envoy_kib_per_image']} KiB/image through Envoy"
         )
     return results
 
@@ -229,6 +288,9 @@ def print_table(results: Mapping[str, Any]) -> None:
         table.add_row(row, *(f"{r['cpu_ms_per_image'][row]:.2f}" for r in results.values()))
     for key, label in (
         ("total_cpu_ms_per_image", "total"),
+        ("decoder_floor_ms_per_image", "decoder alone (plain loop)"),
+        ("pipeline_overhead_ms_per_image", "pipeline overhead"),
+        ("envoy_kib_per_image", "KiB through Envoy per image"),
         ("images_per_s", "images/s"),
         ("images_per_s_per_core", "images/s per core"),
         ("cores_per_1000_images_per_s", "cores per 1,000 images/s"),

@@ -42,7 +42,7 @@ EDS, ENVOY = "eds", "envoy"
 HOST = "127.0.0.1"  # every process of the local stack listens on loopback only
 ZONE = "local"
 REPLICA_NAME = re.compile(r"^([a-z]+)-([0-9]+)$")
-SHM_PREFIX = "inferline"  # in-pod: /dev/shm/inferline-triton-<i>-<slot>, the pod's ring
+SHM_PREFIX = "inferline"  # in-pod: the pods' rings (shm_prefix)
 
 
 @dataclass(frozen=True)
@@ -254,7 +254,7 @@ def triton_replica(config: StackConfig, index: int) -> Service:
         f"{prefix}_METRICS_PORT": str(pod_metrics_port),
         f"{prefix}_TRITON_URL": f"{HOST}:{grpc_port}",
         f"{prefix}_TRITON_TOKEN_FILE": str(token),
-        f"{prefix}_SHM_PREFIX": f"{SHM_PREFIX}-{name}",
+        f"{prefix}_SHM_PREFIX": shm_prefix(config, name),
         **capacity_env(PREPROCESS),
         **tls_env(config, PREPROCESS),
     }
@@ -267,6 +267,13 @@ def triton_replica(config: StackConfig, index: int) -> Service:
     return dataclasses.replace(
         replica, argv=argv, env=env, pod_metrics=f"http://{HOST}:{pod_metrics_port}/metrics"
     )
+
+
+def shm_prefix(config: StackConfig, name: str) -> str:
+    """Replica ``name``'s shared-memory ring, ``/dev/shm/inferline-<stack>-<name>-<slot>``: one
+    prefix per stack (its run folder's digest) and pod, so that stacks side by side never meet."""
+    stack = hashlib.sha256(str(Path(config.run_dir).resolve()).encode()).hexdigest()[:8]
+    return f"{SHM_PREFIX}-{stack}-{name}"
 
 
 def capacity_env(service: str) -> dict[str, str]:

@@ -118,7 +118,10 @@ def test_every_hop_goes_through_envoy() -> None:
     command = services.triton_command(config, 1)
     assert "--grpc-port=8011" in command and "--address=127.0.0.1" in command
     assert second.env["INFERLINE_PREPROCESS_TRITON_URL"] == "127.0.0.1:8011"  # loopback only
-    assert second.env["INFERLINE_PREPROCESS_SHM_PREFIX"] == "inferline-triton-1"
+    ring = second.env["INFERLINE_PREPROCESS_SHM_PREFIX"]  # one per stack and pod
+    assert ring.startswith("inferline-") and ring.endswith("-triton-1")
+    other = StackConfig(run_dir="/tmp/another-stack")
+    assert services.replica(other, "triton", 1).env["INFERLINE_PREPROCESS_SHM_PREFIX"] != ring
     assert (second.name, second.endpoint().port, second.endpoint().name) == (
         "triton-1", 8013, "triton-1",
     )  # fmt: skip

@@ -233,9 +233,10 @@ async def test_kill_9_a_triton_replica_under_load(scaling_stack: StackConfig) ->
     assert not workspace.exists()
 
 
-def ring_inodes(replica: str) -> dict[Path, int]:
+def ring_inodes(config: StackConfig, replica: str) -> dict[Path, int]:
     """The slots of ``replica``'s shared-memory ring, by inode (a new ring has new ones)."""
-    return {p: p.stat().st_ino for p in Path("/dev/shm").glob(f"inferline-{replica}-*")}
+    prefix = services.shm_prefix(config, replica)
+    return {p: p.stat().st_ino for p in Path("/dev/shm").glob(f"{prefix}-*")}
 
 
 def pod_preprocess(pgid: int) -> int:
@@ -263,7 +264,7 @@ async def test_kill_9_of_a_pods_preprocess_frees_its_ring(scaling_stack: StackCo
     ) as recorder:
         await served_by_all(config, {port})
         await flowing(recorder, 100)
-        ring = ring_inodes("triton-1")
+        ring = ring_inodes(config, "triton-1")
         assert ring and all(p in shared_memory(group_pids(pgid)) for p in ring)  # mapped
         os.kill(pod_preprocess(pgid), signal.SIGKILL)
 
@@ -278,7 +279,7 @@ async def test_kill_9_of_a_pods_preprocess_frees_its_ring(scaling_stack: StackCo
     out = await scale(config, 2)  # ...until the next `make scale`, which starts a new pod
     assert "triton-1 was not running" in out
     await envoy_has(config, {triton_port(config, i) for i in (0, 1)})
-    now = ring_inodes("triton-1")
+    now = ring_inodes(config, "triton-1")
     assert set(now) == set(ring) and not set(now.values()) & set(ring.values())  # all new
 
 
