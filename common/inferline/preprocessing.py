@@ -7,7 +7,10 @@ Triton. Both sides (middleman, preprocess) and the test fakes import it; no gRPC
   ``TENSOR``, ``FRAME_INDEX``, ``TIMESTAMP``, closed by an empty response whose parameter
   ``triton_final_response`` is true (Triton's decoupled-model convention);
 - in the GPU pod, any model of its Triton: ``IMAGE`` BYTES ``[N]`` -> that model's outputs and
-  ``ERRORS`` BYTES ``[N]``; the decoded batch reaches Triton through shared memory.
+  ``ERRORS`` BYTES ``[N]``; the decoded batch reaches Triton through shared memory;
+- in the GPU pod, ``preprocess_video`` with parameter ``infer_model`` naming one of its Triton's
+  models: each chunk of frames is inferred there and answered as that model's outputs,
+  ``FRAME_INDEX`` and ``TIMESTAMP`` (no ``TENSOR``): the frames never leave the pod.
 
 Every request may carry the model's geometry as parameters ``resize`` (shorter side) and
 ``crop``; one that names none gets the service's default.
@@ -28,6 +31,7 @@ ERRORS = "ERRORS"  # BYTES [N]: "" for a good image, else why it was refused
 FRAME_INDEX = "FRAME_INDEX"  # INT64 [k]
 TIMESTAMP = "TIMESTAMP"  # FP64 [k], seconds
 RESIZE, CROP = "resize", "crop"  # request parameters: the geometry
+INFER_MODEL = "infer_model"  # preprocess_video in the GPU pod: classify the frames with it
 FINAL_RESPONSE = "triton_final_response"
 
 

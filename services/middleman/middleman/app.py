@@ -11,12 +11,12 @@ from tritonclient.grpc import service_pb2_grpc
 from inferline import capacity
 from inferline.admission import Admission
 from inferline.admission import Limits as AdmissionLimits
-from inferline.imaging.decode import Geometry, Limits
+from inferline.imaging.decode import Limits
 from inferline.imaging.settings import default_sampling, video_limits
 from inferline.server import RunningServer, start_server
 from inferline.tls import server_tls
 from middleman import classifiers
-from middleman.classifiers import Classifiers
+from middleman.classifiers import Classifier, Classifiers
 from middleman.config import IN_POD, REMOTE, Config
 from middleman.pipeline import (
     InProcessPreprocessor,
@@ -26,7 +26,13 @@ from middleman.pipeline import (
 )
 from middleman.rest import RestApi
 from middleman.service import ClassifierService
-from middleman.video import FrameSource, InProcessFrames, RemoteFrames, VideoClassifier
+from middleman.video import (
+    FrameSource,
+    InProcessFrames,
+    PodFrames,
+    RemoteFrames,
+    VideoClassifier,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +84,12 @@ def limits(config: Config) -> Limits:
     return Limits(config.max_image_bytes, config.max_pixels)
 
 
-def make_frame_source(config: Config, geometry: Geometry) -> FrameSource:
-    """Video frames from the preprocess service's preprocess_video, or decoded in process."""
+def make_frame_source(config: Config, default: Classifier) -> FrameSource:
+    """Video frames from the preprocess service's preprocess_video, decoded in process, or
+    (in-pod) decoded and classified in a GPU pod."""
+    geometry = default.geometry
+    if config.decoding == IN_POD:
+        return PodFrames(config.triton_url, default)
     if config.decoding == REMOTE:
         return RemoteFrames(config.preprocess_url, geometry)
     return InProcessFrames(
@@ -104,7 +114,7 @@ def admission_limits(config: Config) -> AdmissionLimits:
 async def start(config: Config) -> Middleman:
     served = classifiers.load(config)  # a bad model card fails startup, naming the file
     preprocess = make_preprocessor(config)
-    frames = make_frame_source(config, served.default.geometry)
+    frames = make_frame_source(config, served.default)
     upstream = TritonUpstream(config.triton_url)
     service = ClassifierService(
         preprocess,

@@ -22,13 +22,16 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias, TypeVar
 
 import grpc
 import numpy as np
+import numpy.typing as npt
 import tritonclient.grpc.aio as triton
 from tritonclient.utils import InferenceServerException
 
+from inferline import preprocessing
 from inferline.errors import InferError, from_upstream, invalid
 from inferline.imaging.decode import DecodeError, Geometry
 from inferline.imaging.streaming import VideoReader, read_as_decoded, read_chunks
@@ -58,7 +61,21 @@ SAMPLING_PARAMETERS = ("every_n", "fps", "max_frames")
 FORWARD_WINDOW_CHUNKS = 2
 
 Video: TypeAlias = bytes | ChunkedVideo  # a whole file, or one arriving in chunks
-Frames: TypeAlias = AbstractAsyncContextManager[AsyncIterator[FrameChunk]]
+
+
+@dataclass(frozen=True)
+class ScoredChunk:
+    """Frames classified where they were decoded (in a GPU pod): the model's scores per frame."""
+
+    indices: npt.NDArray[np.int64]
+    timestamps: npt.NDArray[np.float64]
+    scores: npt.NDArray[np.float32]  # [k, classes]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+Frames: TypeAlias = AbstractAsyncContextManager[AsyncIterator[FrameChunk | ScoredChunk]]
 
 
 class FrameSource(Protocol):
@@ -162,9 +179,8 @@ class RemoteFrames:
     @contextlib.asynccontextmanager
     async def __call__(
         self, video: Video, parameters: Mapping[str, object], time_left: float | None
-    ) -> AsyncIterator[AsyncIterator[FrameChunk]]:
-        forwarded = {k: v for k, v in parameters.items() if k in SAMPLING_PARAMETERS}
-        forwarded.update(geometry_parameters(self.geometry))
+    ) -> AsyncIterator[AsyncIterator[FrameChunk | ScoredChunk]]:
+        forwarded = self._parameters(parameters)
         if isinstance(video, bytes):
             forwarding = None
             requests = self._whole(video, forwarded)
@@ -183,6 +199,11 @@ class RemoteFrames:
             if forwarding is not None:
                 forwarding.cancel()
 
+    def _parameters(self, parameters: Mapping[str, object]) -> dict[str, Any]:
+        """What the stream's first request tells the decoder: sampling and geometry."""
+        forwarded = {k: v for k, v in parameters.items() if k in SAMPLING_PARAMETERS}
+        return {**forwarded, **geometry_parameters(self.geometry)}
+
     async def _whole(
         self, video: bytes, parameters: dict[str, Any]
     ) -> AsyncIterator[dict[str, object]]:
@@ -190,7 +211,7 @@ class RemoteFrames:
 
     async def _frames(
         self, stream: Any, forwarding: _Forwarding | None
-    ) -> AsyncGenerator[FrameChunk, None]:
+    ) -> AsyncGenerator[FrameChunk | ScoredChunk, None]:
         """The chunks of frames the stream sends, up to its final response. A failure of the
         forwarding (the client broke the protocol) ends them with that failure."""
         hop = f"preprocess at {self.url}"
@@ -216,7 +237,7 @@ class RemoteFrames:
         except (grpc.RpcError, InferenceServerException) as exc:
             raise from_upstream(exc, hop) from None
 
-    def _chunk(self, result: triton.InferResult) -> FrameChunk:
+    def _chunk(self, result: triton.InferResult) -> FrameChunk | ScoredChunk:
         indices = result.as_numpy("FRAME_INDEX")
         stamps = result.as_numpy("TIMESTAMP")
         tensors = result.as_numpy("TENSOR")
@@ -320,8 +341,48 @@ class _Forwarding:
             self.task.exception()  # raised already, or drained: retrieved here
 
 
+class PodFrames(RemoteFrames):
+    """The in-pod placement: the video goes (through the batcher) to a GPU pod, whose
+    preprocess decodes and classifies its frames there (``infer_model``), so each chunk comes
+    back as the model's scores, one row per frame, and no frame crosses the network."""
+
+    def __init__(self, url: str, classifier: Classifier) -> None:
+        super().__init__(url, classifier.geometry)
+        self.classifier = classifier
+
+    def _parameters(self, parameters: Mapping[str, object]) -> dict[str, Any]:
+        return {**super()._parameters(parameters), preprocessing.INFER_MODEL: self.classifier.model}
+
+    def _chunk(self, result: triton.InferResult) -> ScoredChunk:
+        """FRAME_INDEX, TIMESTAMP and the frames' scores ``[k, classes]``."""
+        indices = result.as_numpy(preprocessing.FRAME_INDEX)
+        stamps = result.as_numpy(preprocessing.TIMESTAMP)
+        scores = result.as_numpy(self.classifier.output)
+        if indices is None or stamps is None:
+            raise InferError(
+                grpc.StatusCode.INTERNAL,
+                f"the GPU pod at {self.url} sent a chunk without FRAME_INDEX or TIMESTAMP",
+            )
+        if len(indices) == 0:  # the final response
+            return ScoredChunk(
+                indices, stamps, np.zeros((0, len(self.classifier.labels)), np.float32)
+            )
+        if scores is None or scores.shape != (len(indices), len(self.classifier.labels)):
+            raise InferError(
+                grpc.StatusCode.INTERNAL,
+                f"the GPU pod at {self.url} sent no {self.classifier.output!r} "
+                f"[{len(indices)}, {len(self.classifier.labels)}] for its frames",
+            )
+        return ScoredChunk(
+            np.asarray(indices, np.int64),
+            np.asarray(stamps, np.float64),
+            np.asarray(scores, np.float32),
+        )
+
+
 class VideoClassifier:
-    """Classifies each sampled frame with ``classifier`` (the default model)."""
+    """Classifies each sampled frame with ``classifier`` (the default model); frames that come
+    classified already (:class:`PodFrames`) are not sent for inference again."""
 
     def __init__(
         self,
@@ -347,7 +408,7 @@ class VideoClassifier:
                 await classified.aclose()
 
     async def _classified(
-        self, chunks: AsyncIterator[FrameChunk], time_left: float | None
+        self, chunks: AsyncIterator[FrameChunk | ScoredChunk], time_left: float | None
     ) -> AsyncGenerator[ClassifiedFrame, None]:
         # A caller's deadline bounds the whole stream; without one, each chunk's inference gets
         # the default (a long video may take longer than any one default would allow).
@@ -355,8 +416,11 @@ class VideoClassifier:
         held: ClassifiedFrame | None = None  # one frame back, to mark the last one
         async for chunk in chunks:
             timeout = self.timeout if budget is None else budget.left("inference")
-            pixels = Pixels.of(chunk.tensors)
-            probabilities = await self.upstream.infer(self.classifier, pixels, timeout)
+            if isinstance(chunk, ScoredChunk):
+                probabilities = chunk.scores
+            else:
+                pixels = Pixels.of(chunk.tensors)
+                probabilities = await self.upstream.infer(self.classifier, pixels, timeout)
             for i in range(len(chunk)):
                 if held is not None:
                     yield held

@@ -18,18 +18,20 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import grpc
 from tritonclient.grpc import service_pb2
 
 from inferline import kserve, preprocessing
 from inferline.errors import InferError, from_upstream, grpc_boundary
+from inferline.imaging.video import FrameChunk
 from inferline.server import RunningServer
 from inferline.servicer import Context
 from preprocess import metrics
 from preprocess.geometries import Decoders
-from preprocess.local_triton import LocalTriton
-from preprocess.service import IMAGE_HINT, MODELS, PreprocessService, ServiceSettings
+from preprocess.local_triton import LocalTriton, ModelSpec
+from preprocess.service import IMAGE_HINT, MODELS, VIDEO_MODEL, PreprocessService, ServiceSettings
 from preprocess.shm import NoSlot
 
 logger = logging.getLogger(__name__)
@@ -156,6 +158,64 @@ class PodService(PreprocessService):
                 name=preprocessing.ERRORS, datatype="BYTES", shape=[len(items)]
             )
             response.raw_output_contents.append(kserve.join_bytes(messages))
+        return response
+
+    # -- video: frames inferred in the pod -----------------------------------------------------
+
+    async def _responses(
+        self,
+        request: service_pb2.ModelInferRequest,
+        decoded: AsyncGenerator[tuple[FrameChunk, float], None],
+        wanted: list[str],
+        backend: str,
+    ) -> AsyncIterator[service_pb2.ModelInferResponse]:
+        """``preprocess_video`` with ``infer_model``: each chunk of frames goes to that model
+        through shared memory, and its outputs go back instead of the frames."""
+        model = kserve.parameters(request).get(preprocessing.INFER_MODEL)
+        if not model:
+            async for response in super()._responses(request, decoded, wanted, backend):
+                yield response
+            return
+        if not isinstance(model, str):
+            raise InferError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{preprocessing.INFER_MODEL!r} must be a model name",
+            )
+        spec = await self.triton.spec(model, "", None)
+        async with contextlib.aclosing(decoded):  # stops decoding when the caller does
+            async for chunk, seconds in decoded:
+                metrics.DECODE_SECONDS.labels(backend, "video").observe(seconds)
+                metrics.FRAMES.labels(backend).inc(len(chunk))
+                for start in range(0, len(chunk), spec.max_batch):
+                    part = slice(start, start + spec.max_batch)
+                    yield await self._frames_inferred(request, spec, chunk, part)
+
+    async def _frames_inferred(
+        self,
+        request: service_pb2.ModelInferRequest,
+        spec: ModelSpec,
+        chunk: FrameChunk,
+        part: slice,
+    ) -> service_pb2.ModelInferResponse:
+        frames = chunk.tensors[part]
+        if frames.shape[1:] != (3, spec.height, spec.width):
+            raise InferError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"frames of {list(frames.shape[1:])} do not fit model {spec.name!r}, whose "
+                f"input is [N, 3, {spec.height}, {spec.width}]: ask for its geometry",
+            )
+        async with self.triton.ring.slot(None) as slot:
+            slot.view(frames.shape)[:] = frames
+            upstream = service_pb2.ModelInferRequest(model_name=spec.name, id=request.id)
+            tensor = upstream.inputs.add(name=spec.input, datatype="UINT8", shape=frames.shape)
+            tensor.parameters["shared_memory_region"].string_param = slot.name
+            tensor.parameters["shared_memory_byte_size"].int64_param = frames.nbytes
+            response = await self.triton.infer(upstream, slot, None)
+        metrics.SHM_BYTES.inc(frames.nbytes)
+        response.model_name, response.model_version = VIDEO_MODEL, "1"
+        kserve.add_output(response, preprocessing.FRAME_INDEX, chunk.indices[part])
+        kserve.add_output(response, preprocessing.TIMESTAMP, chunk.timestamps[part])
+        response.parameters[preprocessing.FINAL_RESPONSE].bool_param = False
         return response
 
 
