@@ -7,9 +7,7 @@ outputs are always written as ``raw_output_contents``. BYTES elements are length
 
 from __future__ import annotations
 
-import math
-import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -17,49 +15,21 @@ import numpy.typing as npt
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
+from inferline import tensors
 from inferline.errors import invalid
 
 InferTensor = service_pb2.ModelInferRequest.InferInputTensor
 
-_CONTENTS_FIELD = {
-    "BOOL": "bool_contents",
-    "INT8": "int_contents",
-    "INT16": "int_contents",
-    "INT32": "int_contents",
-    "INT64": "int64_contents",
-    "UINT8": "uint_contents",
-    "UINT16": "uint_contents",
-    "UINT32": "uint_contents",
-    "UINT64": "uint64_contents",
-    "FP32": "fp32_contents",
-    "FP64": "fp64_contents",
-    "BYTES": "bytes_contents",
-}
-_MAX_BYTES = int(np.iinfo(np.intp).max)  # the largest numpy array
-_WIDEST = 8  # bytes of the widest element: INT64, FP64, the object pointer of a BYTES element
-
 
 def split_bytes(buffer: bytes) -> list[bytes]:
     """Decode Triton's length-prefixed BYTES encoding; raises InferError when malformed."""
-    items: list[bytes] = []
-    offset, view = 0, memoryview(buffer)
-    while offset < len(view):
-        if offset + 4 > len(view):
-            raise invalid("malformed BYTES tensor: a length prefix is cut short")
-        (length,) = struct.unpack_from("<I", view, offset)
-        offset += 4
-        if offset + length > len(view):
-            raise invalid(
-                f"malformed BYTES tensor: element {len(items)} claims {length} bytes, "
-                f"{len(view) - offset} remain"
-            )
-        items.append(bytes(view[offset : offset + length]))
-        offset += length
-    return items
+    try:
+        return tensors.split_bytes(buffer)
+    except tensors.TensorError as exc:
+        raise invalid(str(exc)) from None
 
 
-def join_bytes(items: Iterable[bytes]) -> bytes:
-    return b"".join(struct.pack("<I", len(item)) + item for item in items)
+join_bytes = tensors.join_bytes
 
 
 def np_dtype(datatype: str) -> np.dtype[np.generic]:
@@ -73,14 +43,10 @@ def input_array(request: service_pb2.ModelInferRequest, index: int) -> npt.NDArr
     """The ``index``-th input of ``request`` as a numpy array of its declared shape."""
     tensor = request.inputs[index]
     shape = tuple(int(d) for d in tensor.shape)
-    if any(d < 0 for d in shape):
-        raise invalid(f"input {tensor.name!r}: negative dimension in shape {list(shape)}")
-    # Counted exactly: np.prod in int64 wraps (2^32 x 2^32 is 0, which an empty tensor would
-    # match), and numpy refuses a shape whose non-zero dimensions, times the element's size,
-    # pass its index range, even for an empty array.
-    if math.prod(d for d in shape if d) * _WIDEST > _MAX_BYTES:
-        raise invalid(f"input {tensor.name!r}: shape {list(shape)} is larger than any tensor")
-    count = math.prod(shape)
+    try:
+        count = tensors.check_shape(shape)
+    except tensors.TensorError as exc:
+        raise invalid(f"input {tensor.name!r}: {exc}") from None
     if index < len(request.raw_input_contents):
         raw = request.raw_input_contents[index]
         if tensor.datatype == "BYTES":
@@ -94,9 +60,9 @@ def input_array(request: service_pb2.ModelInferRequest, index: int) -> npt.NDArr
                 )
             array = np.frombuffer(raw, dtype=dtype)
     else:
-        field = _CONTENTS_FIELD.get(tensor.datatype)
-        if field is None:
+        if tensor.datatype not in tensors.CONTENTS:
             raise invalid(f"input {tensor.name!r}: datatype {tensor.datatype!r} is not supported")
+        field = tensors.CONTENTS[tensor.datatype][0]
         values = list(getattr(tensor.contents, field))
         if tensor.datatype == "BYTES":
             array = np.array(values, dtype=np.object_)
@@ -114,14 +80,11 @@ def _check_range(name: str, datatype: str, field: str, values: list[int]) -> Non
     """Typed contents are wider than INT8, INT16, UINT8 and UINT16 (``int_contents`` holds int32
     values): refuse a value that would wrap rather than change it."""
     dtype: np.dtype[Any] = np_dtype(datatype)
-    if dtype.kind not in "iu" or not values:
-        return
-    info = np.iinfo(dtype)
-    low, high = min(values), max(values)
-    if low < info.min or high > info.max:
+    value = tensors.outside(values, dtype)
+    if value is not None:
+        info = np.iinfo(dtype)
         raise invalid(
-            f"input {name!r}: {field} holds {low if low < info.min else high}, outside "
-            f"{datatype} [{info.min}, {info.max}]"
+            f"input {name!r}: {field} holds {value}, outside {datatype} [{info.min}, {info.max}]"
         )
 
 

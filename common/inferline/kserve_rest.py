@@ -31,7 +31,7 @@ import numpy.typing as npt
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 
-from inferline import kserve
+from inferline import kserve, tensors
 from inferline.errors import InferError, invalid
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -294,7 +294,7 @@ def _fitted(array: npt.NDArray[Any], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
         info = np.iinfo(dtype)
         if array.dtype.kind == "f" and not np.all(np.floor(array) == array):
             raise ValueError("integers expected")
-        if array.min() < info.min or array.max() > info.max:
+        if tensors.outside(array.ravel(), dtype) is not None:
             raise ValueError(f"values outside [{info.min}, {info.max}]")
     with np.errstate(over="ignore"):
         converted = array.astype(dtype)

@@ -12,39 +12,20 @@ so the upstream answers it exactly as it would have without the batcher.
 
 from __future__ import annotations
 
-import math
-import struct
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import numpy as np
 from tritonclient.grpc import service_pb2
+
+from inferline import tensors
+from inferline.tensors import ITEM_BYTES, bytes_offsets, elements
 
 Request: TypeAlias = service_pb2.ModelInferRequest
 Response: TypeAlias = service_pb2.ModelInferResponse
 InputTensor: TypeAlias = service_pb2.ModelInferRequest.InferInputTensor
 
-# Bytes per element of each fixed-size KServe datatype; BYTES is length-prefixed.
-ITEM_BYTES = {
-    "BOOL": 1, "UINT8": 1, "INT8": 1, "UINT16": 2, "INT16": 2, "FP16": 2, "BF16": 2,
-    "UINT32": 4, "INT32": 4, "FP32": 4, "UINT64": 8, "INT64": 8, "FP64": 8,
-}  # fmt: skip
-
-# Typed ``contents`` field and numpy type per datatype (FP16/BF16 only travel as raw bytes).
-_TYPED = {
-    "BOOL": ("bool_contents", np.bool_),
-    "UINT8": ("uint_contents", np.uint8),
-    "UINT16": ("uint_contents", np.uint16),
-    "UINT32": ("uint_contents", np.uint32),
-    "UINT64": ("uint64_contents", np.uint64),
-    "INT8": ("int_contents", np.int8),
-    "INT16": ("int_contents", np.int16),
-    "INT32": ("int_contents", np.int32),
-    "INT64": ("int64_contents", np.int64),
-    "FP32": ("fp32_contents", np.float32),
-    "FP64": ("fp64_contents", np.float64),
-}
 
 # Triton's sequence batcher routes by these: two steps of a sequence must never be merged.
 _SEQUENCE_PARAMETERS = frozenset({"sequence_id", "sequence_start", "sequence_end"})
@@ -70,49 +51,17 @@ def parameters_key(parameters: object) -> tuple[tuple[str, bytes], ...]:
     return tuple(sorted((name, value.SerializeToString()) for name, value in items))
 
 
-def elements(shape: Sequence[int]) -> int:
-    return math.prod(shape)
-
-
-def bytes_offsets(buffer: bytes, count: int) -> list[int] | None:
-    """Offsets of the ``count`` length-prefixed elements of ``buffer`` plus its end, or None."""
-    offsets, offset, size = [0], 0, len(buffer)
-    for _ in range(count):
-        if offset + 4 > size:
-            return None
-        (length,) = struct.unpack_from("<I", buffer, offset)
-        offset += 4 + length
-        if offset > size:
-            return None
-        offsets.append(offset)
-    return offsets if offset == size else None
-
-
-def _raw_ok(datatype: str, shape: Sequence[int], raw: bytes) -> bool:
-    if datatype == "BYTES":
-        return bytes_offsets(raw, elements(shape)) is not None
-    return len(raw) == elements(shape) * ITEM_BYTES[datatype]
-
-
 def _typed_ok(tensor: InputTensor) -> bool:
     count = elements(tensor.shape)
     if tensor.datatype == "BYTES":
         return len(tensor.contents.bytes_contents) == count
-    field = _TYPED.get(tensor.datatype)
+    field = tensors.CONTENTS.get(tensor.datatype)
     if field is None:
         return False
     values = getattr(tensor.contents, field[0])
-    return len(values) == count and _fits(values, np.dtype(field[1]))
-
-
-def _fits(values: Sequence[int], dtype: np.dtype[Any]) -> bool:
-    """Whether typed contents fit ``dtype`` as they are: ``int_contents`` holds int32 values for
-    INT8 and INT16 (``uint_contents`` for UINT8, UINT16), and merging converts them to raw bytes;
-    a value that would wrap there travels alone, to be answered by the upstream as it is."""
-    if dtype.kind not in "iu" or not values:
-        return True
-    info = np.iinfo(dtype)
-    return info.min <= min(values) and max(values) <= info.max
+    # Merging converts typed contents to raw bytes: a value that would wrap there travels
+    # alone, to be answered by the upstream as it is.
+    return len(values) == count and tensors.outside(values, np.dtype(field[1])) is None
 
 
 def plan(request: Request, max_batch_size: int) -> Plan:
@@ -133,14 +82,14 @@ def plan(request: Request, max_batch_size: int) -> Plan:
         return Plan(None, size, f"{size} items is more than a batch ({max_batch_size})")
     inputs = []
     for index, tensor in enumerate(request.inputs):
-        if tensor.datatype not in ITEM_BYTES and tensor.datatype != "BYTES":
+        if tensor.datatype not in tensors.DATATYPES:
             return Plan(None, size, f"input {tensor.name!r}: unknown datatype")
         if _SHARED_MEMORY_PARAMETER in tensor.parameters:
             return Plan(None, size, f"input {tensor.name!r} is in shared memory")
         if any(d < 0 for d in tensor.shape):
             return Plan(None, size, f"input {tensor.name!r}: negative dimension")
         if not (
-            _raw_ok(tensor.datatype, tensor.shape, request.raw_input_contents[index])
+            tensors.raw_fits(tensor.datatype, tensor.shape, request.raw_input_contents[index])
             if raw
             else _typed_ok(tensor)
         ):
@@ -176,8 +125,8 @@ def raw_contents(request: Request, index: int) -> bytes:
         return bytes(request.raw_input_contents[index])
     tensor = request.inputs[index]
     if tensor.datatype == "BYTES":
-        return b"".join(struct.pack("<I", len(v)) + v for v in tensor.contents.bytes_contents)
-    field, dtype = _TYPED[tensor.datatype]
+        return tensors.join_bytes(tensor.contents.bytes_contents)
+    field, dtype = tensors.CONTENTS[tensor.datatype]
     return np.asarray(getattr(tensor.contents, field), dtype=dtype).tobytes()
 
 
