@@ -43,7 +43,7 @@ def build(config: Config) -> BatcherService:
         default_timeout_s=config.upstream_timeout_s,
         max_queue_bytes=config.max_queue_bytes,
     )
-    batchers = Batchers(upstream, settings, InFlight(config.max_inflight))
+    batchers = Batchers(upstream, settings, InFlight(config.max_inflight, config.adaptive_inflight))
     metrics.QUEUE_CAPACITY.set(config.max_queue)
     return BatcherService(upstream, batchers, config.upstream_timeout_s)
 

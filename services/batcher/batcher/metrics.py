@@ -38,6 +38,11 @@ QUEUE_DEPTH = Gauge(
 IN_FLIGHT = Gauge(
     "inferline_batcher_inflight_batches", "Batches sent upstream, not yet answered", ["model"]
 )
+INFLIGHT_LIMIT = Gauge(
+    "inferline_batcher_inflight_limit_batches",
+    "Batches allowed in flight to the upstream (all models): MAX_INFLIGHT, or less while the "
+    "adaptive limit sees batches queue there",
+)
 QUEUE_CAPACITY = Gauge(
     "inferline_batcher_queue_capacity_requests",
     "Requests a model's queue holds before refusing (the configured MAX_QUEUE)",
@@ -80,6 +85,7 @@ class ModelMetrics:
         self.upstream_duration = UPSTREAM_DURATION.labels(model)
         self.queue_depth = QUEUE_DEPTH.labels(model)
         self.in_flight = IN_FLIGHT.labels(model)
+        self.inflight_limit = INFLIGHT_LIMIT
         self.rejected = REJECTED.labels(model)
         self.expired = EXPIRED.labels(model)
         self.cancelled = CANCELLED.labels(model)

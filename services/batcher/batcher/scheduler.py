@@ -50,11 +50,27 @@ class Settings:
     max_queue_bytes: int | None = None
 
 
-class InFlight:
-    """Batches in flight to one upstream, shared by every model; a freed slot wakes the models."""
+# Adaptive in-flight limit: a batch whose upstream time per item is this many times the fastest
+# seen queued there (one slot fewer); one within TOLERANCE of it, sent while every slot was
+# taken, found room (one slot more). The fastest creeps up by DRIFT a call, so it follows a
+# slower upstream instead of holding the limit down for ever.
+QUEUED, TOLERANCE, DRIFT = 2.0, 1.25, 0.01
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
+
+class InFlight:
+    """Batches in flight to one upstream, shared by every model; a freed slot wakes the models.
+
+    Adaptive (``adaptive=True``), the limit moves between 1 and ``limit`` with what the upstream
+    shows: behind a balancer the batcher does not know how many GPUs there are, and each batch
+    sent beyond what they run at once only queues there, in smaller batches that each cost a
+    call, a decode and a model launch. So a batch that took much longer per item than the
+    fastest takes a slot away, and one as fast as the fastest, sent while every slot was taken,
+    gives one back: with one GPU pod the limit settles near one or two and batches fill; as pods
+    are added, calls stay fast and the limit climbs to keep them all busy."""
+
+    def __init__(self, limit: int, adaptive: bool = False) -> None:
+        self.maximum = self.limit = limit
+        self.adaptive = adaptive
         self.used = 0
         self._pumps: list[Callable[[], object]] = []
         self._next = 0
@@ -65,8 +81,19 @@ class InFlight:
     def register(self, pump: Callable[[], object]) -> None:
         self._pumps.append(pump)
 
-    def take(self) -> None:
+    def take(self) -> bool:
+        """Take a slot; whether that filled every one (the limit was what held batches back)."""
         self.used += 1
+        return self.used >= self.limit
+
+    def feedback(self, per_item_s: float, fastest_s: float, crowded: bool) -> None:
+        """An answered batch's upstream time per item, against the fastest seen (adaptive)."""
+        if not self.adaptive:
+            return
+        if per_item_s > QUEUED * fastest_s and self.limit > 1:
+            self.limit -= 1
+        elif per_item_s <= TOLERANCE * fastest_s and crowded and self.limit < self.maximum:
+            self.limit += 1
 
     def give_back(self) -> None:
         self.used -= 1
@@ -90,6 +117,7 @@ class Pending:
 class Batch:
     entries: list[Entry[Pending]]
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+    crowded: bool = False  # sent into the last free slot
 
 
 class ModelBatcher:
@@ -115,6 +143,7 @@ class ModelBatcher:
         # How long an answered upstream call takes (a moving average of the last ones): a
         # request whose deadline leaves less is not sent, since its answer would come too late.
         self.upstream_s = 0.0
+        self.fastest_s = float("inf")  # upstream time per item, the least seen (drifting up)
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -214,8 +243,7 @@ class ModelBatcher:
         self.pump()
 
     def _dispatch(self, entries: list[Entry[Pending]], now: float, spawn: bool) -> Batch:
-        self.inflight.take()
-        batch = Batch(entries)
+        batch = Batch(entries, crowded=self.inflight.take())
         for entry in entries:
             entry.payload.batch = batch
             self.metrics.queue_delay.observe(now - entry.arrived)
@@ -237,7 +265,7 @@ class ModelBatcher:
         self.metrics.in_flight.inc()
         try:
             if entries:
-                await self._call(entries, start)
+                await self._call(entries, start, batch.crowded)
         except asyncio.CancelledError:
             for entry in entries:
                 entry.payload.future.cancel()  # nobody waits for these any more
@@ -250,7 +278,7 @@ class ModelBatcher:
                 _fail(entry, InferError(grpc.StatusCode.INTERNAL, "the batch failed; see the log"))
             self.inflight.give_back()
 
-    async def _call(self, entries: list[Entry[Pending]], now: float) -> None:
+    async def _call(self, entries: list[Entry[Pending]], now: float, crowded: bool) -> None:
         # The batch may take as long as its most patient caller allows: a caller with a tighter
         # deadline gets DEADLINE_EXCEEDED from its own call, never its batch-mates.
         deadlines = [e.deadline - now for e in entries if e.deadline is not None]
@@ -286,7 +314,12 @@ class ModelBatcher:
             return
         # Answered calls only: a call that timed out says nothing of how long an answer takes,
         # and would hold back every later request until another call came through.
-        self.upstream_s += UPSTREAM_EWMA * (self._loop.time() - now - self.upstream_s)
+        took = self._loop.time() - now
+        self.upstream_s += UPSTREAM_EWMA * (took - self.upstream_s)
+        per_item = took / max(items, 1)
+        self.fastest_s = min(per_item, self.fastest_s * (1 + DRIFT))
+        self.inflight.feedback(per_item, self.fastest_s, crowded)
+        self.metrics.inflight_limit.set(self.inflight.limit)
         for entry, answer in zip(entries, answers, strict=True):
             if not entry.payload.future.done():
                 entry.payload.future.set_result(answer)

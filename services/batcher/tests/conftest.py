@@ -39,6 +39,9 @@ class FakeUpstream(service_pb2_grpc.GRPCInferenceServiceServicer):
         self.most_in_flight = 0
         self.cancelled = 0
         self._arrived = asyncio.Condition()
+        # One GPU: calls run one at a time, each taking ``gpu_s`` (None: at once, concurrently).
+        self.gpu_s: float | None = None
+        self._gpu = asyncio.Lock()
 
     async def wait_calls(self, count: int) -> None:
         """Until ``count`` ModelInfer calls have arrived (an event, not a sleep)."""
@@ -60,6 +63,9 @@ class FakeUpstream(service_pb2_grpc.GRPCInferenceServiceServicer):
             raise
         finally:
             self.in_flight -= 1
+        if self.gpu_s is not None:
+            async with self._gpu:
+                await asyncio.sleep(self.gpu_s)  # the model's own time, not a readiness wait
         if self.failures:
             code = self.failures.pop(0)
             await context.abort(code, f"fake upstream says {code.name}")
@@ -174,6 +180,7 @@ BASE = Config(
     max_queue_delay_ms=50.0,
     max_queue=64,
     max_inflight=2,
+    adaptive_inflight=False,  # fixed slots, as each test counts them (one test turns it on)
     upstream_timeout_s=10.0,
 )
 

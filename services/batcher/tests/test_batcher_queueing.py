@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batcher.queueing import BatchQueue, Entry, QueueFull
+from batcher.scheduler import InFlight
 
 Arrival = tuple[str | None, int, float, float | None]  # key, items, gap before it, deadline in
 
@@ -183,3 +184,25 @@ def test_the_queue_is_bounded_in_bytes_but_a_lone_request_always_fits() -> None:
         queue.push(Entry("k", 1, 0.0, None, "c", nbytes=1))
     assert [e.payload for e in queue.pop_ready(1.0) or []] == ["a", "b"]
     assert queue.nbytes == 0  # dispatched requests no longer count
+
+
+def test_the_adaptive_limit_gives_a_slot_up_when_batches_queue_and_takes_one_back_when_not() -> (
+    None
+):
+    slots = InFlight(4, adaptive=True)
+    slots.feedback(per_item_s=0.03, fastest_s=0.01, crowded=True)  # 3x the fastest: queued
+    assert slots.limit == 3
+    slots.feedback(per_item_s=0.011, fastest_s=0.01, crowded=False)  # fast, but not held back
+    assert slots.limit == 3
+    slots.feedback(
+        per_item_s=0.011, fastest_s=0.01, crowded=True
+    )  # fast while every slot was taken
+    assert slots.limit == 4
+    slots.feedback(per_item_s=0.011, fastest_s=0.01, crowded=True)
+    assert slots.limit == 4  # never above the maximum
+    for _ in range(10):
+        slots.feedback(per_item_s=1.0, fastest_s=0.01, crowded=True)
+    assert slots.limit == 1  # nor below one
+    fixed = InFlight(4)
+    fixed.feedback(per_item_s=1.0, fastest_s=0.01, crowded=True)
+    assert fixed.limit == 4

@@ -392,3 +392,27 @@ def test_config_fails_by_name() -> None:
         load(Config, "INFERLINE_BATCHER", argv=["--max-batch-size", "-1"])
     config = load(Config, "INFERLINE_BATCHER", environ={"INFERLINE_BATCHER_PORT": "9000"})
     assert (config.port, config.metrics_port, config.upstream_url) == (9000, 9182, "localhost:8001")
+
+
+async def test_the_adaptive_in_flight_limit_fills_one_gpus_batches(
+    make_harness: MakeHarness,
+) -> None:
+    """Behind one GPU (calls run one at a time) the batches sent beyond the first only queue
+    there: the adaptive limit comes down from max_inflight, so what waits merges into fuller
+    batches instead of travelling in small ones."""
+    h = await make_harness(
+        max_queue_delay_ms=1.0, max_inflight=8, adaptive_inflight=True, max_batch_size=8
+    )
+    h.fake.gpu_s = 0.02
+
+    async def client(index: int) -> None:
+        for round_ in range(12):
+            await h.infer(infer_request(b"c%d-%d" % (index, round_)))
+
+    await asyncio.gather(*(client(i) for i in range(16)))
+    limit = REGISTRY.get_sample_value("inferline_batcher_inflight_limit_batches")
+    sizes = [c.inputs[0].shape[0] for c in h.fake.calls]
+    late = sizes[len(sizes) // 2 :]
+    print(f"in-flight limit {limit}; batch sizes {sizes}")
+    assert limit is not None and limit < 8  # it came down from the maximum...
+    assert sum(late) / len(late) > 4  # ...and the later batches are fuller than 16 / 8
