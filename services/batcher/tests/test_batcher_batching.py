@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from tritonclient.grpc import service_pb2
 
 from batcher.batching import (
-    ITEM_BYTES,
     SplitError,
     merge,
     plan,
     raw_contents,
     split,
 )
+from inferline.tensors import ITEM_BYTES
 
 DATATYPES = [*sorted(ITEM_BYTES), "BYTES"]
 TYPED = {  # datatypes a request may also send as typed contents, with the field
