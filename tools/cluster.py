@@ -10,11 +10,13 @@
 applies ``kubectl kustomize --load-restrictor LoadRestrictionsNone`` of it (the monitoring
 component reads the dashboards and rules from ``grafana/``: one copy for local and cluster).
 
-``verify`` proves the deployment end to end: every Deployment rolled out; Envoy's ``triton``
-cluster (its admin API, through a port-forward: the admin listens on the pod's loopback only)
-holds exactly the Triton pods; the demo client through the cluster's Envoy with no error;
-Triton scaled 1 → 2 and the new pod taking requests. Each step says what it checks and how long
-it took; the first failure stops it with what was seen.
+``verify`` proves the deployment end to end, in any placement: every Deployment of the overlay
+rolled out (the pipeline's first; a preprocess pool only where the placement has one); Envoy's
+``triton`` cluster (its admin API, through a port-forward: the admin listens on the pod's
+loopback only) holds exactly the Triton pods (in-pod: each pod's preprocess, its front door);
+the demo client through the cluster's Envoy with no error; Triton scaled 1 → 2 and the new pod
+taking requests. Each step says what it checks and how long it took; the first failure stops it
+with what was seen.
 """
 
 from __future__ import annotations
@@ -41,7 +43,10 @@ from tools.images import IMAGES
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "inferline"
 OVERLAYS = ("gpu", "cpu")
-DEPLOYMENTS = ("eds", "envoy", "triton", "batcher", "preprocess", "middleman")
+# The pipeline's Deployments in every placement, in the order they are waited for; preprocess
+# (a pool of its own only in the remote placement) and the rest (monitoring, the adapter) follow
+# when the overlay has them.
+DEPLOYMENTS = ("eds", "envoy", "triton", "batcher", "middleman")
 ADMIN_PORT, PUBLIC_PORT = 9901, 8080
 ROLLOUT_TIMEOUT_S = 900  # Triton's first start pulls a large image and loads the model
 STEP_TIMEOUT_S = 180.0
@@ -209,9 +214,28 @@ def scale_triton(replicas: int) -> None:
     wait(lambda: len(triton_pods()) >= replicas, f"{replicas} ready Triton pods", 600.0)
 
 
+def rollout_order(found: Sequence[str]) -> list[str]:
+    """The Deployments to wait for: the pipeline's first (each must be there), then the others
+    the overlay made (preprocess in the remote placement, monitoring, …) by name."""
+    missing = [name for name in DEPLOYMENTS if name not in found]
+    if missing:
+        raise ClusterError(
+            f"no deployment {', '.join(missing)} in namespace {NAMESPACE} (found: "
+            f"{', '.join(sorted(found)) or 'none'}): `make deploy` first"
+        )
+    return [*DEPLOYMENTS, *sorted(set(found) - set(DEPLOYMENTS))]
+
+
+def deployments() -> list[str]:
+    """The names of inferline's Deployments in the namespace."""
+    listed = kubectl("-n", NAMESPACE, "get", "deployments", "-l",
+                     "app.kubernetes.io/part-of=inferline", "-o", "name")  # fmt: skip
+    return [line.split("/", 1)[-1] for line in listed.split()]
+
+
 def verify(requests: int) -> None:
     start = time.monotonic()
-    for name in DEPLOYMENTS:
+    for name in rollout_order(deployments()):
         step(f"rollout of deployment/{name} …")
         kubectl("-n", NAMESPACE, "rollout", "status", f"deployment/{name}",
                 f"--timeout={ROLLOUT_TIMEOUT_S}s")  # fmt: skip

@@ -5,7 +5,9 @@ a component's patch or a generator does is what is checked.
 
 * :func:`render` — an overlay (``overlays/gpu``), or a component on the base through a throwaway
   kustomization (``components/preflight``: the base, the components it needs, then it);
-  ``everything`` is the base with every component, the opt-in ones too;
+  ``everything`` is the base with every component, the opt-in ones too, and the default
+  placement (in-pod) last; ``everything/remote`` the same without a placement component (the
+  base's remote placement), ``everything/in-process`` with components/in-process instead;
 * :func:`pod_specs`, :func:`containers` — every pod template and every container in it.
 
 kubectl (1.32, kustomize v5.5) is required: without it the tests skip, saying so, unless
@@ -48,16 +50,32 @@ COMPONENT_NEEDS: dict[str, tuple[str, ...]] = {
     "network-policies": (),
     "pod-disruption-budgets": (),
     "tls": (),
+    # The placements: one per overlay, listed last (they remove the base's preprocess pool and
+    # what the components before them add for it); alone on the base, they need nothing.
+    "in-pod": (),
+    "in-process": (),
 }
-# Every component, in an order that satisfies COMPONENT_NEEDS: the `everything` render.
-EVERYTHING = (
+# Where images are decoded: a component each; without one, the base's remote placement (a
+# preprocess pool). in-pod is the overlays' default.
+PLACEMENTS = ("in-pod", "in-process")
+DEFAULT_PLACEMENT = "in-pod"
+# Every component but the placements, in an order that satisfies COMPONENT_NEEDS; the
+# `everything` render adds the default placement last.
+ALL_BUT_PLACEMENTS = (
     "gpu", "gpu-sharing", "preflight", "monitoring", "dcgm-exporter", "nvidia-runtime-class",
     "autoscaling", "network-policies", "pod-disruption-budgets", "monitoring-operator", "tls",
 )  # fmt: skip
+EVERYTHING = (*ALL_BUT_PLACEMENTS, DEFAULT_PLACEMENT)
+# The everything render in each placement: target name -> its components.
+EVERYTHING_BY_PLACEMENT = {
+    "everything": EVERYTHING,
+    "everything/remote": ALL_BUT_PLACEMENTS,
+    "everything/in-process": (*ALL_BUT_PLACEMENTS, "in-process"),
+}
 TARGETS = (
     *(f"overlays/{name}" for name in OVERLAYS),
     *(f"components/{name}" for name in COMPONENT_NEEDS),
-    "everything",
+    *EVERYTHING_BY_PLACEMENT,
 )
 WORKLOAD_KINDS = ("Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job")
 
@@ -89,15 +107,15 @@ def component_kustomization(names: tuple[str, ...], folder: Path) -> dict[str, A
 
 
 def target_components(target: str) -> tuple[str, ...]:
-    if target == "everything":
-        return EVERYTHING
+    if target in EVERYTHING_BY_PLACEMENT:
+        return EVERYTHING_BY_PLACEMENT[target]
     name = target.removeprefix("components/")
     return (*COMPONENT_NEEDS[name], name)
 
 
 @functools.cache
 def render_text(target: str) -> str:
-    """The rendered YAML of ``target``: overlays/<name>, components/<name> or everything."""
+    """The rendered YAML of ``target``: overlays/<name>, components/<name> or everything[/…]."""
     if target.startswith("overlays/"):
         return kustomize(K8S / target)
     with tempfile.TemporaryDirectory(prefix="inferline-kustomize-") as tmp:

@@ -1,5 +1,5 @@
-"""checkov on the rendered manifests (both overlays, and the base with every component): no failed
-check but the documented ones below, and no suppression without its reason.
+"""checkov on the rendered manifests (both overlays, and the base with every component in each
+placement): no failed check but the documented ones below, and no suppression without its reason.
 
 Suppressions are of two kinds, both explained:
 * inline, on the object that needs it: a ``checkov.io/skip<n>: CKV_K8S_xx=<why>`` annotation —
@@ -24,13 +24,16 @@ from typing import Any
 import pytest
 
 from inferline_testing import tools
-from k8s.tests.manifests import OVERLAYS, ROOT, render_text
+from k8s.tests.manifests import EVERYTHING_BY_PLACEMENT, OVERLAYS, ROOT, render_text
 
 CHECKOV = ROOT / ".venv-checkov" / "bin" / "checkov"
 INSTALL = (
     "python3 -m venv .venv-checkov && .venv-checkov/bin/pip install --no-deps -r k8s/checkov.lock"
 )
-TARGETS = {**{overlay: f"overlays/{overlay}" for overlay in OVERLAYS}, "everything": "everything"}
+TARGETS = {
+    **{overlay: f"overlays/{overlay}" for overlay in OVERLAYS},
+    **{target.replace("/", "-"): target for target in EVERYTHING_BY_PLACEMENT},
+}
 
 # Checks that fail for every workload by design, and why.
 DOCUMENTED = {

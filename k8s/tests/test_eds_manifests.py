@@ -251,18 +251,30 @@ async def stopper() -> AsyncIterator[list[Process]]:
     await asyncio.gather(*(p.stop(5.0) for p in reversed(started)))
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
+# Both overlays (the in-pod placement), and a component on the base (its remote placement).
+@pytest.mark.parametrize(
+    "target", [*(f"overlays/{o}" for o in OVERLAYS), "components/network-policies"]
+)
 async def test_rendered_eds_and_envoy_route_to_every_services_endpoints(
-    overlay: str, tmp_path: Path, stopper: list[Process]
+    target: str, tmp_path: Path, stopper: list[Process]
 ) -> None:
-    objects = render(f"overlays/{overlay}")
+    objects = render(target)
     deployment = find(objects, "Deployment", "eds")
     namespace = deployment["metadata"]["namespace"]
     [eds] = [c for c in containers([deployment]) if c.name == "eds"]
     assert "command" not in eds.spec, "the image's entrypoint (python -m eds) runs"
     env = container_env(eds, {"metadata.namespace": namespace, "metadata.name": "eds-0"})
-    services = env["INFERLINE_EDS_SERVICES"].split(",")
+    watched = env["INFERLINE_EDS_SERVICES"].split(",")
     port_name = env["INFERLINE_EDS_PORT_NAME"]
+    # The Services rendered: in the in-pod placement (the overlays') no preprocess pool, whose
+    # Envoy cluster eds announces empty (the one bootstrap has it); the GPU pods' front door is
+    # Service triton. The remote placement (the base's) has them all.
+    rendered = {o["metadata"]["name"] for o in objects if o["kind"] == "Service"}
+    services = [s for s in watched if s in rendered]
+    pool = [
+        o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "preprocess"
+    ]
+    assert set(watched) - set(services) == (set() if pool else {"preprocess"})
 
     # What the manifests say of each other, before anything runs.
     assert int(env["INFERLINE_EDS_PORT"]) == eds.port("grpc")

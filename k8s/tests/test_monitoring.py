@@ -31,7 +31,15 @@ import yaml
 
 from inferline_testing.prometheus import tool
 from k8s.tests import operator_rules
-from k8s.tests.manifests import K8S, NAMESPACE, ROOT, find, pod_specs, render
+from k8s.tests.manifests import (
+    EVERYTHING_BY_PLACEMENT,
+    K8S,
+    NAMESPACE,
+    ROOT,
+    find,
+    pod_specs,
+    render,
+)
 
 GRAFANA = ROOT / "grafana"
 AUTOSCALING_RULES = K8S / "components" / "autoscaling" / "rules"
@@ -157,7 +165,7 @@ def check_kubernetes_sd(sd: dict[str, Any]) -> None:
     assert all(isinstance(n, str) for n in namespaces.get("names", [])), sd
 
 
-@pytest.mark.parametrize("target", ["overlays/gpu", "overlays/cpu", "everything"])
+@pytest.mark.parametrize("target", ["overlays/gpu", "overlays/cpu", *EVERYTHING_BY_PLACEMENT])
 def test_promtool_checks_the_effective_configuration(target: str, tmp_path: Path) -> None:
     config = effective_config(render(target), tmp_path)
     assert len(config["rule_files"]) == 3  # recording, alerts, autoscaling
@@ -235,49 +243,63 @@ def discovered(job: dict[str, Any], target: dict[str, str]) -> bool:
     return False
 
 
+# (the pod's app.kubernetes.io/name, the port's name) -> (job, service)
 EXPECTED_JOBS = {
-    ("middleman", "metrics"): "inferline",
-    ("preprocess", "metrics"): "inferline",
-    ("batcher", "metrics"): "inferline",
-    ("eds", "metrics"): "inferline",
-    ("triton", "metrics"): "triton",
-    ("envoy", "probe"): "envoy",
-    ("dcgm-exporter", "metrics"): "dcgm",
+    ("middleman", "metrics"): ("inferline", "middleman"),
+    ("preprocess", "metrics"): ("inferline", "preprocess"),  # the pool: remote
+    ("triton", "prep-metrics"): ("inferline", "preprocess"),  # beside Triton: in-pod
+    ("batcher", "metrics"): ("inferline", "batcher"),
+    ("eds", "metrics"): ("inferline", "eds"),
+    ("triton", "metrics"): ("triton", "triton"),
+    ("envoy", "probe"): ("envoy", "envoy"),
+    ("dcgm-exporter", "metrics"): ("dcgm", "dcgm-exporter"),
+}
+# What each placement's everything render has no pod port for.
+ABSENT = {
+    "everything": {("preprocess", "metrics")},
+    "everything/remote": {("triton", "prep-metrics")},
+    "everything/in-process": {("preprocess", "metrics"), ("triton", "prep-metrics")},
 }
 
 
-def test_relabelling_gives_every_target_its_job_service_and_replica(tmp_path: Path) -> None:
-    objects = render("everything")
+@pytest.mark.parametrize("target", EVERYTHING_BY_PLACEMENT)
+def test_relabelling_gives_every_target_its_job_service_and_replica(
+    target: str, tmp_path: Path
+) -> None:
+    objects = render(target)
     config = effective_config(objects, tmp_path)
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     local = yaml.safe_load((GRAFANA / "prometheus" / "prometheus.yml").read_text(encoding="utf-8"))
     assert {job["job_name"] for job in local["scrape_configs"]} <= set(jobs), "the local jobs"
     seen = set()
-    for target in pod_targets(objects):
-        name = target["__meta_kubernetes_pod_label_app_kubernetes_io_name"]
-        port = target["__meta_kubernetes_pod_container_port_name"]
+    for pod_target in pod_targets(objects):
+        name = pod_target["__meta_kubernetes_pod_label_app_kubernetes_io_name"]
+        port = pod_target["__meta_kubernetes_pod_container_port_name"]
         kept = {
             job_name: labels
             for job_name, job in jobs.items()
-            if discovered(job, target)
-            and (labels := relabel({"job": job_name, **target}, job.get("relabel_configs", [])))
+            if discovered(job, pod_target)
+            and (labels := relabel({"job": job_name, **pod_target}, job.get("relabel_configs", [])))
         }
         expected = EXPECTED_JOBS.get((name, port))
         if expected is None:
             assert not kept, f"{name} port {port} is scraped by {sorted(kept)}"
             continue
-        assert list(kept) == [expected], f"{name} port {port}: jobs {sorted(kept)}"
-        labels = kept[expected]
-        pod = target["__meta_kubernetes_pod_name"]
-        assert labels["service"] == name and labels["replica"] == pod, labels
-        if expected == "dcgm":
+        job, service = expected
+        assert list(kept) == [job], f"{name} port {port}: jobs {sorted(kept)}"
+        labels = kept[job]
+        pod = pod_target["__meta_kubernetes_pod_name"]
+        assert labels["service"] == service and labels["replica"] == pod, labels
+        if job == "dcgm":
             # The exporter's own pod/namespace labels (the GPU's user) are honoured instead.
             assert jobs["dcgm"]["honor_labels"] is True
             assert "pod" not in labels and "namespace" not in labels
         else:
             assert labels["namespace"] == NAMESPACE and labels["pod"] == pod, labels
         seen.add((name, port))
-    assert seen == set(EXPECTED_JOBS), f"never scraped: {set(EXPECTED_JOBS) - seen}"
+    never = set(EXPECTED_JOBS) - ABSENT[target] - seen
+    assert not never, f"never scraped: {never}"
+    assert not seen & ABSENT[target]
     envoy = jobs["envoy"]
     assert envoy["metrics_path"] == "/stats/prometheus"
 
@@ -290,10 +312,16 @@ def test_the_pod_monitors_give_the_same_jobs_and_labels() -> None:
         relabelings = {r["targetLabel"]: r for r in endpoint["relabelings"]}
         job = relabelings["job"]["replacement"]
         names = monitor["spec"]["selector"]["matchExpressions"][0]["values"]
+        service = relabelings["service"]
         for name in names:
-            found[(name, endpoint["port"])] = job
+            if service.get("sourceLabels") == [
+                "__meta_kubernetes_pod_label_app_kubernetes_io_name"
+            ]:
+                found[(name, endpoint["port"])] = (job, name)
+            else:
+                assert "sourceLabels" not in service, service
+                found[(name, endpoint["port"])] = (job, service["replacement"])
         assert relabelings["replica"]["sourceLabels"] == ["__meta_kubernetes_pod_name"]
-        assert "service" in relabelings
         assert endpoint.get("honorLabels", False) is (job == "dcgm")
     assert found == EXPECTED_JOBS
 

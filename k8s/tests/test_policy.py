@@ -1,7 +1,7 @@
 """Policy on the rendered manifests: what every container and every pod must be (issue 9, items 3
-and 4), checked over every container of both overlays and of the `everything` render (the base
-with every component, opt-in ones too), so a container added anywhere is checked without a test
-naming it.
+and 4), checked over every container of both overlays and of the `everything` renders (the base
+with every component, opt-in ones too, in each placement), so a container added anywhere is
+checked without a test naming it.
 
 Every container (init containers too):
   runAsNonRoot, readOnlyRootFilesystem, allowPrivilegeEscalation: false, capabilities drop ALL
@@ -32,6 +32,7 @@ import pytest
 import yaml
 
 from k8s.tests.manifests import (
+    EVERYTHING_BY_PLACEMENT,
     NAMESPACE,
     OVERLAYS,
     Container,
@@ -41,7 +42,7 @@ from k8s.tests.manifests import (
     render,
 )
 
-POLICY_TARGETS = (*(f"overlays/{o}" for o in OVERLAYS), "everything")
+POLICY_TARGETS = (*(f"overlays/{o}" for o in OVERLAYS), *EVERYTHING_BY_PLACEMENT)
 GRPC_SERVICES = {"middleman", "preprocess", "batcher", "eds"}
 STARTUP_S = 600  # Triton's startup probe: 10 minutes to load the models
 

@@ -18,12 +18,14 @@ import pytest
 import yaml
 
 from k8s.tests.manifests import (
+    ALL_BUT_PLACEMENTS,
     COMPONENT_NEEDS,
     EVERYTHING,
     K8S,
     KUBERNETES_VERSION,
     NAMESPACE,
     OVERLAYS,
+    PLACEMENTS,
     TARGETS,
     containers,
     find,
@@ -48,7 +50,8 @@ def test_every_component_is_covered() -> None:
     """A new component must be added to COMPONENT_NEEDS (and so to these tests)."""
     folders = {p.name for p in (K8S / "components").iterdir() if p.is_dir()}
     assert folders == set(COMPONENT_NEEDS)
-    assert sorted(EVERYTHING) == sorted(COMPONENT_NEEDS)
+    assert sorted((*ALL_BUT_PLACEMENTS, *PLACEMENTS)) == sorted(COMPONENT_NEEDS)
+    assert EVERYTHING[-1] in PLACEMENTS and not set(EVERYTHING[:-1]) & set(PLACEMENTS)
     assert {p.name for p in (K8S / "overlays").iterdir() if p.is_dir()} == set(OVERLAYS)
 
 
@@ -87,7 +90,7 @@ def check_operator_resource(obj: dict[str, Any]) -> None:
     if obj["kind"] == "PodMonitor":
         assert spec["selector"]["matchExpressions"], where
         for endpoint in spec["podMetricsEndpoints"]:
-            assert endpoint["port"] in ("metrics", "probe"), where
+            assert endpoint["port"] in ("metrics", "prep-metrics", "probe"), where
             jobs = [r for r in endpoint["relabelings"] if r.get("targetLabel") == "job"]
             assert len(jobs) == 1, f"{where}: sets the job label once"
     else:
@@ -146,6 +149,7 @@ def test_selectors_use_the_name_label(target: str) -> None:
 
 # -- the contract (k8s/CONTRACT.md) ---------------------------------------------------------
 
+# The remote placement's (the base's): each Deployment's container of its name.
 SERVICE_PORTS = {
     "middleman": {"grpc": 8090},
     "middleman-rest": {"http": 8093},
@@ -155,29 +159,59 @@ SERVICE_PORTS = {
     "eds": {"grpc": 18000},
     "envoy": {"grpc": 8080, "preprocess": 8081, "batcher": 8082, "triton": 8083},
 }
-CONTAINER_PORTS = {
-    "middleman": {"grpc": 8090, "http": 8093, "metrics": 9180},
-    "preprocess": {"grpc": 8091, "metrics": 9181},
-    "batcher": {"grpc": 8092, "metrics": 9182},
-    "eds": {"grpc": 18000, "metrics": 9183},
-    "envoy": {"grpc": 8080, "preprocess": 8081, "batcher": 8082, "triton": 8083, "probe": 9902},
-    "triton": {"http": 8000, "grpc": 8001, "metrics": 8002},
+CONTAINER_PORTS = {  # (Deployment, container) -> ports
+    ("middleman", "middleman"): {"grpc": 8090, "http": 8093, "metrics": 9180},
+    ("preprocess", "preprocess"): {"grpc": 8091, "metrics": 9181},
+    ("batcher", "batcher"): {"grpc": 8092, "metrics": 9182},
+    ("eds", "eds"): {"grpc": 18000, "metrics": 9183},
+    ("envoy", "envoy"): {
+        "grpc": 8080, "preprocess": 8081, "batcher": 8082, "triton": 8083, "probe": 9902,
+    },
+    ("triton", "triton"): {"http": 8000, "grpc": 8001, "metrics": 8002},
+}  # fmt: skip
+# in-pod: no preprocess pool; the GPU pod's front door is its preprocess (Service triton's grpc),
+# Triton's gRPC is on the pod's loopback (no port of the pod).
+IN_POD_SERVICE_PORTS = {
+    **{k: v for k, v in SERVICE_PORTS.items() if k != "preprocess"},
+    "triton": {"grpc": 8091},
+}
+IN_POD_CONTAINER_PORTS = {
+    **{k: v for k, v in CONTAINER_PORTS.items() if k[0] != "preprocess"},
+    ("triton", "triton"): {"http": 8000, "metrics": 8002},
+    ("triton", "preprocess"): {"grpc": 8091, "prep-metrics": 9181},
+}
+# in-process: no preprocess at all; Triton as in the base.
+IN_PROCESS_SERVICE_PORTS = {k: v for k, v in SERVICE_PORTS.items() if k != "preprocess"}
+IN_PROCESS_CONTAINER_PORTS = {k: v for k, v in CONTAINER_PORTS.items() if k[0] != "preprocess"}
+PORTS_BY_TARGET = {
+    **{f"overlays/{o}": (IN_POD_SERVICE_PORTS, IN_POD_CONTAINER_PORTS) for o in OVERLAYS},
+    "everything": (IN_POD_SERVICE_PORTS, IN_POD_CONTAINER_PORTS),
+    "everything/remote": (SERVICE_PORTS, CONTAINER_PORTS),
+    "everything/in-process": (IN_PROCESS_SERVICE_PORTS, IN_PROCESS_CONTAINER_PORTS),
 }
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_names_and_ports_are_the_contracts(overlay: str) -> None:
-    objects = render(f"overlays/{overlay}")
-    for name, ports in SERVICE_PORTS.items():
+@pytest.mark.parametrize("target", PORTS_BY_TARGET)
+def test_names_and_ports_are_the_contracts(target: str) -> None:
+    objects = render(target)
+    service_ports, container_ports = PORTS_BY_TARGET[target]
+    services = {o["metadata"]["name"] for o in objects if o["kind"] == "Service"}
+    assert services & (set(SERVICE_PORTS) | {"preprocess"}) == set(service_ports), target
+    for name, ports in service_ports.items():
         service = find(objects, "Service", name)
         assert service["spec"]["type"] == "ClusterIP"
         assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == ports, name
         for port in service["spec"]["ports"]:
             assert port["targetPort"] == port["name"], f"{name}: target the container port by name"
-    for name, ports in CONTAINER_PORTS.items():
+    pipeline = {name for name, _ in CONTAINER_PORTS}
+    deployments = {o["metadata"]["name"] for o in objects if o["kind"] == "Deployment"}
+    assert deployments & pipeline == {name for name, _ in container_ports}, target
+    for (name, container_name), ports in container_ports.items():
         deployment = find(objects, "Deployment", name)
         [container] = [
-            c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == name
+            c
+            for c in deployment["spec"]["template"]["spec"]["containers"]
+            if c["name"] == container_name
         ]
         assert {p["name"]: p["containerPort"] for p in container["ports"]} == ports, name
 
@@ -203,29 +237,20 @@ def triton_tag(spec: dict[str, Any]) -> str:
     return str(triton["image"]).rsplit(":", 1)[1].removesuffix("-py3")
 
 
-def test_gpu_overlay_gives_triton_and_preprocess_gpus() -> None:
-    objects = render("overlays/gpu")
-    triton = find(objects, "Deployment", "triton")["spec"]["template"]["spec"]
-    preprocess = find(objects, "Deployment", "preprocess")["spec"]["template"]["spec"]
-    for spec, name in ((triton, "triton"), (preprocess, "preprocess")):
-        [main] = [c for c in spec["containers"] if c["name"] == name]
-        assert main["resources"]["limits"]["nvidia.com/gpu"] == "1", name
-        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
-            "tolerations"
-        ], name
-        # The driver check comes first, on the pod's GPU.
-        first = spec["initContainers"][0]
-        assert first["name"] == "preflight" and first["image"].startswith("inferline/preflight:")
-        assert first["resources"]["limits"]["nvidia.com/gpu"] == "1"
+def check_triton_on_a_gpu(triton: dict[str, Any]) -> None:
+    [main] = [c for c in triton["containers"] if c["name"] == "triton"]
+    assert main["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in triton[
+        "tolerations"
+    ]
+    # The driver check comes first, on the pod's GPU, against the CUDA of Triton's image.
     assert [c["name"] for c in triton["initContainers"]] == ["preflight", "models"]
-    # The driver is checked against the CUDA of the image that follows.
-    for spec, cuda in ((triton, TRITON_CUDA[triton_tag(triton)]), (preprocess, DALI_CUDA)):
-        env = {e["name"]: e.get("value") for e in spec["initContainers"][0]["env"]}
-        assert env["INFERLINE_PREFLIGHT_CUDA"] == cuda
-        assert env["INFERLINE_PREFLIGHT_REQUIRE_GPU"] == "true"
-    [main] = preprocess["containers"]
-    assert main["image"].startswith("inferline/preprocess-gpu:")
-    assert {"name": "INFERLINE_PREPROCESS_BACKEND", "value": "dali-gpu"} in main["env"]
+    first = triton["initContainers"][0]
+    assert first["image"].startswith("inferline/preflight:")
+    assert first["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    env = {e["name"]: e.get("value") for e in first["env"]}
+    assert env["INFERLINE_PREFLIGHT_CUDA"] == TRITON_CUDA[triton_tag(triton)]
+    assert env["INFERLINE_PREFLIGHT_REQUIRE_GPU"] == "true"
     required = triton["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     [term] = required["nodeSelectorTerms"]
     assert term["matchExpressions"][0]["key"] == "nvidia.com/gpu.memory"
@@ -233,6 +258,35 @@ def test_gpu_overlay_gives_triton_and_preprocess_gpus() -> None:
         "preferredDuringSchedulingIgnoredDuringExecution"
     ]
     assert preferred[0]["preference"]["matchExpressions"][0]["key"] == "nvidia.com/gpu.product"
+
+
+def test_gpu_overlay_gives_triton_a_gpu_and_its_preprocess_none() -> None:
+    """in-pod: the device plugin gives the pod's GPU to one container, Triton; the preprocess
+    beside it has the DALI image (the gpu component's) but decodes with OpenCV on the CPU."""
+    triton = find(render("overlays/gpu"), "Deployment", "triton")["spec"]["template"]["spec"]
+    check_triton_on_a_gpu(triton)
+    [preprocess] = [c for c in triton["containers"] if c["name"] == "preprocess"]
+    assert preprocess["image"].startswith("inferline/preprocess-gpu:")
+    assert "nvidia.com/gpu" not in str(preprocess["resources"])
+    assert {"name": "INFERLINE_PREPROCESS_BACKEND", "value": "opencv"} in preprocess["env"]
+
+
+def test_gpu_component_gives_the_remote_preprocess_pool_gpus() -> None:
+    """The remote placement on GPUs (the base, gpu, preflight): a preprocess pool on dali-gpu."""
+    objects = render("components/preflight")
+    check_triton_on_a_gpu(find(objects, "Deployment", "triton")["spec"]["template"]["spec"])
+    preprocess = find(objects, "Deployment", "preprocess")["spec"]["template"]["spec"]
+    [main] = preprocess["containers"]
+    assert main["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in preprocess[
+        "tolerations"
+    ]
+    [first] = preprocess["initContainers"]
+    assert first["name"] == "preflight" and first["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    env = {e["name"]: e.get("value") for e in first["env"]}
+    assert env["INFERLINE_PREFLIGHT_CUDA"] == DALI_CUDA
+    assert main["image"].startswith("inferline/preprocess-gpu:")
+    assert {"name": "INFERLINE_PREPROCESS_BACKEND", "value": "dali-gpu"} in main["env"]
 
 
 def test_cpu_overlay_holds_nothing_of_gpus() -> None:

@@ -99,3 +99,19 @@ def host(address: str, requests: int) -> dict[str, Any]:
 def test_deploy_explains_what_is_missing(capsys: pytest.CaptureFixture[str]) -> None:
     assert cluster.main(["deploy", "--overlay", "gpu", "--dry-run"]) == 1
     assert "REGISTRY and TAG are needed" in capsys.readouterr().err
+
+
+def test_verify_waits_for_the_pipeline_first_then_what_the_placement_adds() -> None:
+    found = ["prometheus", "middleman", "preprocess", "triton", "batcher", "envoy", "eds"]
+    assert cluster.rollout_order(found) == [
+        *cluster.DEPLOYMENTS,
+        "preprocess",  # a pool of its own: the remote placement
+        "prometheus",
+    ]
+    # in-pod and in-process have no preprocess Deployment: nothing waits for one
+    assert "preprocess" not in cluster.rollout_order(list(cluster.DEPLOYMENTS))
+
+
+def test_verify_names_the_deployments_it_cannot_find() -> None:
+    with pytest.raises(cluster.ClusterError, match=r"no deployment triton, batcher .*make deploy"):
+        cluster.rollout_order(["eds", "envoy", "middleman"])
