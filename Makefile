@@ -65,7 +65,7 @@ scale: model ## start or drain replicas: SERVICE=triton REPLICAS=2 (EDS pushes t
 	@$(PY) -m inferline_stack scale --service $(or $(SERVICE),triton) --replicas $(REPLICAS) \
 		--model-repository $(MODEL_REPOSITORY)
 
-demo: up ## the whole pipeline (Envoy, batcher, Triton) plus the live demo client (DURATION=s, CONCURRENCY=n, MODEL=name)
+demo: up ## the whole pipeline (Envoy, batcher, GPU pods: Triton + the preprocess beside it) plus the live demo client (DURATION=s, CONCURRENCY=n, MODEL=name)
 	@$(PY) -m demo_client --duration $(DURATION) --concurrency $(CONCURRENCY) --model $(MODEL) $(DEMO_TLS)
 	@echo "the stack keeps running: 'make status' shows it, 'make scale SERVICE=triton REPLICAS=2' adds a backend, 'make down' stops it"
 
@@ -154,7 +154,7 @@ bench: bench-pipeline bench-e2e bench-preprocess bench-eds bench-batcher bench-o
 
 PIPELINE_ARGS ?=
 
-bench-pipeline: model ## CPU ms per image by process (simulated GPU at 1 and 8 images/request, real model), scale-out efficiency -> bench/results/pipeline.json
+bench-pipeline: model ## CPU ms per image by process and pipeline overhead for each placement (in-pod, remote, in-process; simulated GPU at 1 and 8 images/request), the real model, scale-out efficiency -> bench/results/pipeline.json
 	$(PY) -m bench.pipeline --duration $(BENCH_DURATION) $(PIPELINE_ARGS)
 
 bench-gpu: model ## on a GPU machine (8 min): DALI decode, the model with CUDA/TensorRT, the pipeline's CPU per image -> bench/results/gpu.json

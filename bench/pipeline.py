@@ -320,8 +320,10 @@ def main() -> None:
     chosen = tuple(s for s in SCENARIOS if s.key in keys)
     results = scenarios(chosen, args.duration, envoy_workers=args.envoy_workers)
     print_table(results)
+    photos = [p.stat().st_size for p in build_samples()]
     out: dict[str, Any] = {
         "scenarios": results,
+        "photo_kib": round(sum(photos) / len(photos) / 1024, 1),  # the demo client's, mean
         "duration_s": args.duration,
         "cpus": os.cpu_count(),
         "machine": platform.machine(),

@@ -289,8 +289,8 @@ def capacity_env(service: str) -> dict[str, str]:
 
 def batcher_upstream(config: StackConfig) -> dict[str, str]:
     """Envoy's Triton listener, or (proxyless) ``xds:///triton`` with gRPC's xDS bootstrap."""
-    # One batch in flight per Triton replica the stack may scale to: behind Envoy's
-    # LEAST_REQUEST the extra ones queue at a replica, where Triton merges them. Overridable.
+    # At most one batch in flight per Triton replica the stack may scale to; the batcher's
+    # adaptive limit keeps fewer while they queue at the replicas running now. Overridable.
     inflight = {"INFERLINE_BATCHER_MAX_INFLIGHT": os.environ.get(
         "INFERLINE_BATCHER_MAX_INFLIGHT", str(MAX_REPLICAS))}  # fmt: skip
     if not config.proxyless:

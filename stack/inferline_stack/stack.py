@@ -1,8 +1,9 @@
 """``up`` and ``down``: the whole local stack, every hop through the real Envoy.
 
 up, in order: the endpoints file (every cluster, with the replicas still running), the
-control plane, Envoy, then replica 0 of Triton, the batcher, preprocess and middleman, each
-announced to Envoy once ready, before the next one (which reaches it through Envoy) starts;
+control plane, Envoy, then replica 0 of Triton (in-pod: a GPU pod, Triton and the preprocess
+beside it), the batcher, preprocess (remote placement only) and middleman, each announced to
+Envoy once ready, before the next one (which reaches it through Envoy) starts;
 last, readiness through the public endpoint. Processes already running with the same
 configuration and healthy are kept, so ``up`` is idempotent. down stops everything, front to
 back, with no process left behind.
