@@ -7,7 +7,7 @@ outputs are always written as ``raw_output_contents``. BYTES elements are length
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -187,3 +187,21 @@ def parameters(
         if kind is not None:
             values[key] = getattr(param, kind)
     return values
+
+
+def set_parameters(
+    message: service_pb2.ModelInferRequest | service_pb2.ModelInferResponse,
+    values: Mapping[str, bool | int | float | str],
+) -> None:
+    """Set ``values`` in ``message``'s ``parameters`` map, each in its own kind (the inverse of
+    :func:`parameters`): bool, int64, double or string."""
+    for key, value in values.items():
+        param = message.parameters[key]
+        if isinstance(value, bool):  # before int: a bool is an int too
+            param.bool_param = value
+        elif isinstance(value, int):
+            param.int64_param = value
+        elif isinstance(value, float):
+            param.double_param = value
+        else:
+            param.string_param = value

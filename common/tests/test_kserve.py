@@ -149,3 +149,23 @@ def test_a_shape_claiming_exabytes_is_refused_before_any_allocation() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 64 * 1024
+
+
+@given(
+    st.dictionaries(
+        st.text(min_size=1, max_size=8),
+        st.booleans()
+        | st.integers(-(2**63), 2**63 - 1)
+        | st.floats(allow_nan=False)
+        | st.text(max_size=8),
+        max_size=6,
+    )
+)
+def test_parameters_set_are_read_back_each_in_its_kind(
+    values: dict[str, bool | int | float | str],
+) -> None:
+    request = service_pb2.ModelInferRequest()
+    kserve.set_parameters(request, values)
+    read = kserve.parameters(request)
+    assert read == values
+    assert {k: type(v) for k, v in read.items()} == {k: type(v) for k, v in values.items()}

@@ -23,15 +23,14 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeAlias, TypeVar
+from typing import Protocol, TypeAlias, TypeGuard, TypeVar
 
 import grpc
 import numpy as np
 import numpy.typing as npt
-import tritonclient.grpc.aio as triton
-from tritonclient.utils import InferenceServerException
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from inferline import preprocessing
+from inferline import kserve, preprocessing
 from inferline.errors import InferError, from_upstream, invalid
 from inferline.imaging.decode import DecodeError, Geometry
 from inferline.imaging.streaming import VideoReader, read_as_decoded, read_chunks
@@ -46,6 +45,7 @@ from inferline.sequence import (
     spooled,
 )
 from inferline.server import channel_options
+from inferline.tensors import join_bytes
 from middleman.budget import Budget
 from middleman.classifiers import Classifier
 from middleman.outputs import ClassifiedFrame
@@ -75,7 +75,23 @@ class ScoredChunk:
         return len(self.indices)
 
 
-Frames: TypeAlias = AbstractAsyncContextManager[AsyncIterator[FrameChunk | ScoredChunk]]
+@dataclass(frozen=True)
+class PixelChunk:
+    """Frames decoded at the preprocess service, as the wire carried them."""
+
+    indices: npt.NDArray[np.int64]
+    timestamps: npt.NDArray[np.float64]
+    pixels: Pixels
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+Chunks: TypeAlias = FrameChunk | PixelChunk | ScoredChunk
+Frames: TypeAlias = AbstractAsyncContextManager[AsyncIterator[Chunks]]
+Parameters: TypeAlias = dict[str, bool | int | float | str]
+Request: TypeAlias = service_pb2.ModelInferRequest
+StreamCall: TypeAlias = grpc.aio.StreamStreamCall[Request, service_pb2.ModelStreamInferResponse]
 
 
 class FrameSource(Protocol):
@@ -168,115 +184,158 @@ class InProcessFrames:
 
 
 class RemoteFrames:
-    """Streams ``preprocess_video`` from the preprocess service, at ``geometry``."""
-
-    MODEL = "preprocess_video"
+    """Streams ``preprocess_video`` from the preprocess service, at ``geometry``, with the
+    generated stub as images are sent: each chunk's frames stay the bytes the wire carried
+    (:class:`PixelChunk`) on their way to inference."""
 
     def __init__(self, url: str, geometry: Geometry) -> None:
         self.url, self.geometry = url, geometry
-        self.client = triton.InferenceServerClient(url, channel_args=channel_options())
+        self.channel = grpc.aio.insecure_channel(url, options=channel_options())
+        self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
 
     @contextlib.asynccontextmanager
     async def __call__(
         self, video: Video, parameters: Mapping[str, object], time_left: float | None
-    ) -> AsyncIterator[AsyncIterator[FrameChunk | ScoredChunk]]:
+    ) -> AsyncIterator[AsyncIterator[Chunks]]:
         forwarded = self._parameters(parameters)
         if isinstance(video, bytes):
             forwarding = None
-            requests = self._whole(video, forwarded)
+            requests: AsyncIterator[Request] = _one(video_request(video, forwarded))
         else:
-            forwarding = _Forwarding(video, self.MODEL, forwarded)
+            forwarding = _Forwarding(video, forwarded)
             requests = forwarding.requests()
-        stream = self.client.stream_infer(requests, stream_timeout=time_left)
-        frames = self._frames(stream, forwarding)
+        call = self.stub.ModelStreamInfer(requests, timeout=time_left)
+        frames = self._frames(call, forwarding)
         try:
             yield frames
             if forwarding is not None:
                 await forwarding.drain()  # the client's rest, read and dropped
         finally:
             await frames.aclose()
-            stream.cancel()
+            call.cancel()
             if forwarding is not None:
                 forwarding.cancel()
 
-    def _parameters(self, parameters: Mapping[str, object]) -> dict[str, Any]:
+    def _parameters(self, parameters: Mapping[str, object]) -> Parameters:
         """What the stream's first request tells the decoder: sampling and geometry."""
-        forwarded = {k: v for k, v in parameters.items() if k in SAMPLING_PARAMETERS}
+        forwarded: Parameters = {
+            k: v for k, v in parameters.items() if k in SAMPLING_PARAMETERS and is_parameter(v)
+        }
         return {**forwarded, **geometry_parameters(self.geometry)}
 
-    async def _whole(
-        self, video: bytes, parameters: dict[str, Any]
-    ) -> AsyncIterator[dict[str, object]]:
-        yield {"model_name": self.MODEL, "inputs": [_tensor(video)], "parameters": parameters}
-
     async def _frames(
-        self, stream: Any, forwarding: _Forwarding | None
-    ) -> AsyncGenerator[FrameChunk | ScoredChunk, None]:
+        self, call: StreamCall, forwarding: _Forwarding | None
+    ) -> AsyncGenerator[Chunks, None]:
         """The chunks of frames the stream sends, up to its final response. A failure of the
         forwarding (the client broke the protocol) ends them with that failure."""
         hop = f"preprocess at {self.url}"
-        responses = aiter(stream)
         try:
             while True:
                 if forwarding is None:
-                    result, error = await anext(responses)
+                    response = await call.read()
                 else:
-                    result, error = await forwarding.unless_failed(anext(responses))
-                if error is not None:
-                    raise InferError(grpc.StatusCode.INTERNAL, f"{hop}: {error.message()}")
+                    response = await forwarding.unless_failed(call.read())
+                if response is grpc.aio.EOF:
+                    raise InferError(
+                        grpc.StatusCode.INTERNAL, f"{hop} ended the stream without a final response"
+                    )
+                if response.error_message:
+                    raise InferError(grpc.StatusCode.INTERNAL, f"{hop}: {response.error_message}")
+                result = response.infer_response
                 chunk = self._chunk(result)
                 if len(chunk):
                     yield chunk
-                final = result.get_response().parameters.get("triton_final_response")
+                final = result.parameters.get(preprocessing.FINAL_RESPONSE)
                 if final is not None and final.bool_param:
                     return
-        except StopAsyncIteration:
-            raise InferError(
-                grpc.StatusCode.INTERNAL, f"{hop} ended the stream without a final response"
-            ) from None
-        except (grpc.RpcError, InferenceServerException) as exc:
+        except grpc.aio.AioRpcError as exc:
             raise from_upstream(exc, hop) from None
 
-    def _chunk(self, result: triton.InferResult) -> FrameChunk | ScoredChunk:
-        indices = result.as_numpy("FRAME_INDEX")
-        stamps = result.as_numpy("TIMESTAMP")
-        tensors = result.as_numpy("TENSOR")
-        if indices is None or stamps is None or tensors is None:
+    def _chunk(self, response: service_pb2.ModelInferResponse) -> Chunks:
+        """FRAME_INDEX, TIMESTAMP and the frames (TENSOR UINT8 ``[k, 3, crop, crop]``)."""
+        indices, stamps = _positions(response, f"preprocess at {self.url}")
+        crop, count = self.geometry.crop, len(indices)
+        tensor = _output(response, preprocessing.TENSOR)
+        expected = [count, 3, crop, crop]
+        if tensor is None or tensor[0].datatype != "UINT8" or list(tensor[0].shape) != expected:
+            got = "no TENSOR" if tensor is None else f"{tensor[0].datatype} {list(tensor[0].shape)}"
             raise InferError(
                 grpc.StatusCode.INTERNAL,
-                f"preprocess at {self.url} sent a chunk without FRAME_INDEX, TIMESTAMP or TENSOR",
+                f"preprocess at {self.url} sent {got} for {count} frames; expected UINT8 "
+                f"{expected}",
             )
-        crop = self.geometry.crop
-        if tensors.shape[1:] != (3, crop, crop):
+        pixels = Pixels(tensor[1], count, crop)
+        if len(pixels.data) != count * 3 * crop * crop:
             raise InferError(
                 grpc.StatusCode.INTERNAL,
-                f"preprocess at {self.url} sent frames of shape {list(tensors.shape[1:])}; "
-                f"expected [3, {crop}, {crop}]",
+                f"preprocess at {self.url} sent {len(pixels.data)} bytes of TENSOR {expected}",
             )
-        return FrameChunk(
-            np.asarray(indices, np.int64), np.asarray(stamps, np.float64), np.asarray(tensors)
-        )
+        return PixelChunk(indices, stamps, pixels)
 
     async def close(self) -> None:
-        await self.client.close()
+        await self.channel.close()
 
 
-def _tensor(data: bytes) -> triton.InferInput:
-    tensor = triton.InferInput("VIDEO", [1], "BYTES")
-    tensor.set_data_from_numpy(np.array([data], dtype=np.object_))
-    return tensor
+def video_request(
+    data: bytes, parameters: Parameters, sequence: Parameters | None = None
+) -> Request:
+    """``preprocess_video``'s request: ``VIDEO`` BYTES [1] (a whole file, or the next chunk), the
+    first request's ``parameters``, and a chunk's ``sequence`` parameters."""
+    request = Request(model_name=preprocessing.VIDEO_MODEL)
+    request.inputs.add(name=preprocessing.VIDEO, datatype="BYTES", shape=[1])
+    request.raw_input_contents.append(join_bytes([data]))
+    kserve.set_parameters(request, {**parameters, **(sequence or {})})
+    return request
+
+
+async def _one(request: Request) -> AsyncIterator[Request]:
+    yield request
+
+
+def is_parameter(value: object) -> TypeGuard[bool | int | float | str]:
+    return isinstance(value, bool | int | float | str)
+
+
+def _output(
+    response: service_pb2.ModelInferResponse, name: str
+) -> tuple[service_pb2.ModelInferResponse.InferOutputTensor, bytes] | None:
+    """Output ``name`` and its raw contents, or None."""
+    for index, tensor in enumerate(response.outputs):
+        if tensor.name == name and index < len(response.raw_output_contents):
+            return tensor, response.raw_output_contents[index]
+    return None
+
+
+def _positions(
+    response: service_pb2.ModelInferResponse, hop: str
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """A chunk's FRAME_INDEX (INT64 [k]) and TIMESTAMP (FP64 [k])."""
+    try:
+        indices = kserve.output_array(response, preprocessing.FRAME_INDEX)
+        stamps = kserve.output_array(response, preprocessing.TIMESTAMP)
+        fits = indices.dtype == np.dtype(np.int64) and stamps.dtype == np.dtype(np.float64)
+        fits = fits and indices.ndim == 1 and indices.shape == stamps.shape
+    except (KeyError, IndexError, ValueError, TypeError):
+        fits = False
+    if not fits:
+        raise InferError(
+            grpc.StatusCode.INTERNAL,
+            f"{hop} sent a chunk without FRAME_INDEX (INT64 [k]) and TIMESTAMP (FP64 [k])",
+        )
+    return indices.astype(np.int64, copy=False), stamps.astype(np.float64, copy=False)
 
 
 class _Forwarding:
-    """A video's chunks forwarded as ``model``'s requests, each as it arrives, with the same
-    sequence parameters: a task reads the client's chunks (checking the protocol) into a queue
-    of :data:`FORWARD_WINDOW_CHUNKS`, which the upstream stream's requests are taken from."""
+    """A video's chunks forwarded as ``preprocess_video``'s requests, each as it arrives, with
+    the same sequence parameters: a task reads the client's chunks (checking the protocol) into
+    a queue of :data:`FORWARD_WINDOW_CHUNKS`, which the upstream stream's requests are taken
+    from."""
 
-    def __init__(self, video: ChunkedVideo, model: str, parameters: dict[str, Any]) -> None:
-        self.video, self.model, self.parameters = video, model, parameters
+    def __init__(self, video: ChunkedVideo, parameters: Parameters) -> None:
+        self.video, self.parameters = video, dict(parameters)
         if video.size is not None:
             self.parameters[SIZE_PARAMETER] = video.size
-        self.queue: asyncio.Queue[dict[str, object] | None] = asyncio.Queue(FORWARD_WINDOW_CHUNKS)
+        self.queue: asyncio.Queue[Request | None] = asyncio.Queue(FORWARD_WINDOW_CHUNKS)
         self.dropping = False  # the decoder is done: chunks are read and dropped
         self.task = asyncio.create_task(self._pump())
 
@@ -289,17 +348,15 @@ class _Forwarding:
         if not self.dropping:
             await self.queue.put(None)
 
-    def _request(self, chunk: Chunk, first: bool) -> dict[str, object]:
-        return {
-            "model_name": self.model,
-            "inputs": [_tensor(chunk.data)],
+    def _request(self, chunk: Chunk, first: bool) -> Request:
+        sequence: Parameters = {
             "sequence_id": self.video.id,
             "sequence_start": first,
             "sequence_end": chunk.last,
-            "parameters": self.parameters if first else None,
         }
+        return video_request(chunk.data, self.parameters if first else {}, sequence)
 
-    async def requests(self) -> AsyncIterator[dict[str, object]]:
+    async def requests(self) -> AsyncIterator[Request]:
         while (request := await self.queue.get()) is not None:
             yield request
 
@@ -350,34 +407,27 @@ class PodFrames(RemoteFrames):
         super().__init__(url, classifier.geometry)
         self.classifier = classifier
 
-    def _parameters(self, parameters: Mapping[str, object]) -> dict[str, Any]:
+    def _parameters(self, parameters: Mapping[str, object]) -> Parameters:
         return {**super()._parameters(parameters), preprocessing.INFER_MODEL: self.classifier.model}
 
-    def _chunk(self, result: triton.InferResult) -> ScoredChunk:
+    def _chunk(self, response: service_pb2.ModelInferResponse) -> ScoredChunk:
         """FRAME_INDEX, TIMESTAMP and the frames' scores ``[k, classes]``."""
-        indices = result.as_numpy(preprocessing.FRAME_INDEX)
-        stamps = result.as_numpy(preprocessing.TIMESTAMP)
-        scores = result.as_numpy(self.classifier.output)
-        if indices is None or stamps is None:
-            raise InferError(
-                grpc.StatusCode.INTERNAL,
-                f"the GPU pod at {self.url} sent a chunk without FRAME_INDEX or TIMESTAMP",
-            )
+        hop = f"the GPU pod at {self.url}"
+        indices, stamps = _positions(response, hop)
+        classes = len(self.classifier.labels)
         if len(indices) == 0:  # the final response
-            return ScoredChunk(
-                indices, stamps, np.zeros((0, len(self.classifier.labels)), np.float32)
-            )
-        if scores is None or scores.shape != (len(indices), len(self.classifier.labels)):
+            return ScoredChunk(indices, stamps, np.zeros((0, classes), np.float32))
+        try:
+            scores = kserve.output_array(response, self.classifier.output)
+        except (KeyError, IndexError, ValueError, TypeError):
+            scores = None
+        if scores is None or scores.shape != (len(indices), classes):
             raise InferError(
                 grpc.StatusCode.INTERNAL,
-                f"the GPU pod at {self.url} sent no {self.classifier.output!r} "
-                f"[{len(indices)}, {len(self.classifier.labels)}] for its frames",
+                f"{hop} sent no {self.classifier.output!r} [{len(indices)}, {classes}] for its "
+                "frames",
             )
-        return ScoredChunk(
-            np.asarray(indices, np.int64),
-            np.asarray(stamps, np.float64),
-            np.asarray(scores, np.float32),
-        )
+        return ScoredChunk(indices, stamps, np.asarray(scores, np.float32))
 
 
 class VideoClassifier:
@@ -408,7 +458,7 @@ class VideoClassifier:
                 await classified.aclose()
 
     async def _classified(
-        self, chunks: AsyncIterator[FrameChunk | ScoredChunk], time_left: float | None
+        self, chunks: AsyncIterator[Chunks], time_left: float | None
     ) -> AsyncGenerator[ClassifiedFrame, None]:
         # A caller's deadline bounds the whole stream; without one, each chunk's inference gets
         # the default (a long video may take longer than any one default would allow).
@@ -419,7 +469,7 @@ class VideoClassifier:
             if isinstance(chunk, ScoredChunk):
                 probabilities = chunk.scores
             else:
-                pixels = Pixels.of(chunk.tensors)
+                pixels = chunk.pixels if isinstance(chunk, PixelChunk) else Pixels.of(chunk.tensors)
                 probabilities = await self.upstream.infer(self.classifier, pixels, timeout)
             for i in range(len(chunk)):
                 if held is not None:

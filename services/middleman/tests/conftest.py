@@ -58,7 +58,8 @@ class FakeUpstream(service_pb2_grpc.GRPCInferenceServiceServicer):
         self.failures: list[grpc.StatusCode] = []
         self.gate = asyncio.Event()
         self.gate.set()
-        self.crop: int | None = None  # of the tensors model preprocess returns; None: as asked
+        # of the tensors models preprocess and preprocess_video return; None: as asked
+        self.crop: int | None = None
         # Triton's models: name -> (crop, classes)
         self.models: dict[str, tuple[int, int]] = {TRITON_MODEL: (CROP, CLASSES)}
         self.rng = np.random.default_rng(seed)
@@ -110,7 +111,7 @@ class FakeUpstream(service_pb2_grpc.GRPCInferenceServiceServicer):
         async for request in requests:
             self.streamed.append(request)
             if index == 0:
-                crop = int(kserve.parameters(request).get("crop", CROP))
+                crop = self.crop or int(kserve.parameters(request).get("crop", CROP))
             params = request.parameters
             end = "sequence_end" not in params or params["sequence_end"].bool_param
             yield self._frames(request, [index], crop, final=False)

@@ -110,6 +110,22 @@ async def test_a_video_in_chunks_is_forwarded_to_preprocess_over_one_stream(
     assert {r.parameters["sequence_id"].int64_param for r in rest} == {7}
 
 
+async def test_frames_of_the_wrong_shape_from_preprocess_are_internal_naming_the_hop(
+    make_middleman: MakeMiddleman, fake_preprocess: Fake
+) -> None:
+    url = await make_middleman()  # decoding at the (fake) preprocess service
+    fake_preprocess.servicer.crop = 112  # the model needs 224
+    async with triton.InferenceServerClient(url) as client:
+        error = await refusal(client, chunks(bytes(4096), size=4096), keep_open=False)
+        assert error.code() == grpc.StatusCode.INTERNAL, error.details()
+        assert f"preprocess at {fake_preprocess.url} sent UINT8 [1, 3, 112, 112] for 1 " in (
+            error.details() or ""
+        )
+        fake_preprocess.servicer.crop = None  # the stream failed, not the service
+        results = await chunks_.send(client, chunks(bytes(4096), size=4096))
+    assert frame_indices(results) == [0]
+
+
 def _value(param: Any) -> Any:
     return getattr(param, param.WhichOneof("parameter_choice"))
 
