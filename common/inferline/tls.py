@@ -54,6 +54,15 @@ class ServerTls:
             [pair], root_certificates=ca, require_client_auth=ca is not None
         )
 
+    def client_credentials(self) -> grpc.ChannelCredentials:
+        """This certificate as a client's (mTLS to another service), trusting the same CA."""
+        ca = None if self.ca_file is None else Path(self.ca_file).read_bytes()
+        return grpc.ssl_channel_credentials(
+            root_certificates=ca,
+            private_key=Path(self.key_file).read_bytes(),
+            certificate_chain=Path(self.cert_file).read_bytes(),
+        )
+
     def ssl_context(self) -> ssl.SSLContext:
         """For an HTTP server (aiohttp): TLS 1.2+, client certificates required under mTLS."""
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

@@ -124,13 +124,19 @@ def public_tls(config: StackConfig) -> health.ClientTls | None:
     return health.ClientTls(str(stack_certs(config).ca)) if config.tls else None
 
 
-def tls_env(config: StackConfig, service: str) -> dict[str, str]:
-    """``INFERLINE_<SERVICE>_TLS_*``: its server certificate, and the CA clients need."""
+def tls_env(config: StackConfig, service: str, identity: str = "") -> dict[str, str]:
+    """``INFERLINE_<SERVICE>_TLS_*``: its server certificate (``identity``'s, when it answers
+    for another: a GPU pod's preprocess is what Envoy's ``triton`` cluster reaches), and the CA
+    clients need."""
     if not config.tls or service not in MTLS_SERVICES:
         return {}
-    made, prefix = stack_certs(config), f"INFERLINE_{service.upper()}"
-    return {f"{prefix}_TLS_CERT": str(made.cert(service)),
-            f"{prefix}_TLS_KEY": str(made.key(service)),
+    made, prefix, identity = (
+        stack_certs(config),
+        f"INFERLINE_{service.upper()}",
+        identity or service,
+    )
+    return {f"{prefix}_TLS_CERT": str(made.cert(identity)),
+            f"{prefix}_TLS_KEY": str(made.key(identity)),
             f"{prefix}_TLS_CA": str(made.ca)}  # fmt: skip
 
 
@@ -216,8 +222,8 @@ def triton_command(config: StackConfig, index: int) -> list[str]:
         f"--http-port={http_port}",
         f"--metrics-port={metrics_port}",
         f"--workspace={leftovers.workspace(config.run_dir, name).resolve()}",
-        # In-pod, only the preprocess beside it calls it (loopback); Envoy reaches the pod.
-        *([] if config.placement == IN_POD else triton_tls_args(config)),
+        # (in-pod, its one client is the preprocess beside it, over the same mTLS)
+        *triton_tls_args(config),
         *shlex.split(config.triton_args),
     )
 
@@ -241,7 +247,7 @@ def triton_replica(config: StackConfig, index: int) -> Service:
         metrics=f"http://{HOST}:{metrics_port}/metrics",
         cluster=TRITON,
         port=port,
-        certs=certs_digest(config, PREPROCESS if in_pod else TRITON),
+        certs=certs_digest(config, TRITON),
         tls=tls,
     )
     if not in_pod:
@@ -256,7 +262,10 @@ def triton_replica(config: StackConfig, index: int) -> Service:
         f"{prefix}_TRITON_TOKEN_FILE": str(token),
         f"{prefix}_SHM_PREFIX": shm_prefix(config, name),
         **capacity_env(PREPROCESS),
-        **tls_env(config, PREPROCESS),
+        # Envoy's `triton` cluster reaches the pod: it answers as triton; it calls its Triton
+        # with the same certificate (loopback is open to every local process here).
+        **tls_env(config, PREPROCESS, identity=TRITON),
+        **({f"{prefix}_TRITON_TLS": "true"} if config.tls else {}),
     }
     argv = python(
         "inferline_stack.pod",

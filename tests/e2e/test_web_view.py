@@ -27,6 +27,7 @@ import pytest
 
 from inferline.labels import load_labels
 from inferline_stack.config import TRITON, StackConfig
+from inferline_stack.services import triton_replica
 from inferline_testing import media, tools
 from inferline_testing.ports import free_port
 from inferline_testing.waits import wait_for
@@ -49,8 +50,8 @@ def chromium() -> str:
 
 
 def triton_address(config: StackConfig, index: int) -> str:
-    """Replica ``index``'s label on the page: its address as Envoy has it."""
-    return f"127.0.0.1:{config.replica_ports(TRITON, index)[0]}"
+    """Replica ``index``'s label on the page: its address as Envoy has it (in-pod: the pod's)."""
+    return triton_replica(config, index).address
 
 
 async def scale(config: StackConfig, replicas: int) -> None:

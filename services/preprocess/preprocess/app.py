@@ -65,8 +65,10 @@ class Pod:
             logger.info("reclaimed %d bytes of shared memory a killed preprocess left",
                         ring.reclaimed)  # fmt: skip
         metrics.SHM_SLOTS.set_function(lambda: ring.in_use)
-        return cls(ring, LocalTriton(config.triton_url, config.triton_token_file, ring),
-                   asyncio.Event())  # fmt: skip
+        tls = server_tls(config) if config.triton_tls else None
+        credentials = None if tls is None else tls.client_credentials()
+        triton = LocalTriton(config.triton_url, config.triton_token_file, ring, credentials)
+        return cls(ring, triton, asyncio.Event())
 
     async def stop_watching(self) -> None:
         self.stop.set()
@@ -116,8 +118,11 @@ async def start(config: Config, machine: Machine | None = None) -> Preprocess:
         metrics.REFUSED.labels(reason)
     for media in ("image", "video"):
         metrics.EXPIRED.labels(media)
-    metrics.BACKEND.labels(images.name, "image").set(1)
-    metrics.BACKEND.labels(video.name, "video").set(1)
+    for backend, media in ((images.name, "image"), (video.name, "video")):
+        metrics.BACKEND.labels(backend, media).set(1)
+        # from 0 too: in-pod, no tensor leaves over the network, and the series says so
+        for counter in (metrics.BYTES_IN, metrics.BYTES_OUT):
+            counter.labels(backend, media)
     service_settings = ServiceSettings(
         max_batch=config.max_batch,
         sampling=default_sampling(config),

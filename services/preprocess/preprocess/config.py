@@ -71,6 +71,10 @@ class Config:
     # Triton's access token for its restricted shared-memory protocol, read from this file
     # ("" sends none: a Triton without --grpc-restricted-protocol).
     triton_token_file: str = ""
+    # Call that Triton over mutual TLS with this service's own certificate, key and CA (the
+    # TLS_* settings below; where Triton's gRPC port is reachable beyond the pod: the local
+    # stack with TLS on). Off: plaintext, for a Triton on the pod's loopback.
+    triton_tls: bool = False
     # The shared-memory ring: /dev/shm/<prefix>-<i>, one prefix per preprocess (per pod).
     shm_prefix: str = "inferline-preprocess"
     shm_slots: int = 4  # batches decoded or at Triton at once; one more waits for a slot
@@ -117,6 +121,13 @@ class Config:
         )
         require(self.grace_s >= 0, PREFIX, "grace_s", "must not be negative")
         require_tls(self, PREFIX)
+        require(
+            not self.triton_tls or bool(self.tls_cert and self.tls_ca),
+            PREFIX,
+            "triton_tls",
+            "needs this service's certificate, key and CA (INFERLINE_PREPROCESS_TLS_CERT, "
+            "_TLS_KEY and _TLS_CA): they are what Triton is called with",
+        )
 
     @property
     def slot_bytes(self) -> int:

@@ -40,9 +40,18 @@ class ModelSpec:
 
 
 class LocalTriton:
-    def __init__(self, url: str, token_file: str, ring: SharedMemoryRing) -> None:
+    def __init__(
+        self,
+        url: str,
+        token_file: str,
+        ring: SharedMemoryRing,
+        credentials: grpc.ChannelCredentials | None = None,  # mTLS; None: plaintext
+    ) -> None:
         self.url, self.token_file, self.ring = url, token_file, ring
-        self.channel = grpc.aio.insecure_channel(url, options=channel_options())
+        if credentials is None:
+            self.channel = grpc.aio.insecure_channel(url, options=channel_options())
+        else:
+            self.channel = grpc.aio.secure_channel(url, credentials, options=channel_options())
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
         self._specs: dict[str, ModelSpec] = {}
         self._registered = False

@@ -36,6 +36,7 @@ def test_environment_and_flags() -> None:
             "INFERLINE_PREPROCESS_TLS_CERT='/nope.crt': No such file",
         ),
         ({"INFERLINE_PREPROCESS_TLS_CA": "/ca.crt"}, "INFERLINE_PREPROCESS_TLS_CA: client cert"),
+        ({"INFERLINE_PREPROCESS_TRITON_TLS": "true"}, "TRITON_TLS: needs this service's cert"),
     ],
 )
 def test_a_bad_value_names_its_variable(env: dict[str, str], words: str) -> None:
