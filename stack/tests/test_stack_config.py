@@ -69,9 +69,12 @@ def test_tls_gives_every_service_its_certificate_and_envoy_the_clients(tmp_path:
             f"{prefix}_TLS_KEY": str(made / f"{service}.key"),
             f"{prefix}_TLS_CA": str(made / "ca.crt"),
         }
-    triton = services.replica(config, "triton", 0)  # in-pod: Envoy reaches the pod's preprocess
-    assert triton.env["INFERLINE_PREPROCESS_TLS_CERT"] == str(made / "preprocess.crt")
-    assert not any(a.startswith("--tls") for a in services.triton_command(config, 0))
+    # In-pod, Envoy's triton cluster reaches the pod's preprocess: it answers as triton, and
+    # calls its Triton (mTLS on its own port too) with that certificate.
+    triton = services.replica(config, "triton", 0)
+    assert triton.env["INFERLINE_PREPROCESS_TLS_CERT"] == str(made / "triton.crt")
+    assert triton.env["INFERLINE_PREPROCESS_TRITON_TLS"] == "true"
+    assert f"--tls-ca={made / 'ca.crt'}" in services.triton_command(config, 0)
     assert triton.tls is not None and triton.tls.cert == str(made / "envoy-client.crt")
     alone = StackConfig(run_dir=str(tmp_path), tls=True, placement="remote")
     assert f"--tls-ca={made / 'ca.crt'}" in services.replica(alone, "triton", 0).argv
