@@ -156,6 +156,18 @@ class RpcMetrics(grpc.aio.ServerInterceptor):
 
     def __init__(self, service: str) -> None:
         self.collectors = rpc_collectors(service)
+        # gRPC asks the interceptor on every call: each method's measured handler is made once
+        # (for the handler it wraps), and each label set's child looked up once.
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def _child(self, metric: Counter | Gauge | Histogram, *values: str) -> Any:
+        """``metric.labels(*values)``, remembered (methods, models and codes are few)."""
+        key = (id(metric), values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
 
     def _deserializer(self, deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]:
         def counted(data: bytes) -> Any:
@@ -175,7 +187,7 @@ class RpcMetrics(grpc.aio.ServerInterceptor):
             data = serialize(message) if serialize is not None else message
             call = _CALL.get()
             model = call.model if call is not None and call.model is not None else ""
-            self.collectors.sent.labels(method, model or model_of(message)).inc(len(data))
+            self._child(self.collectors.sent, method, model or model_of(message)).inc(len(data))
             return bytes(data)
 
         return counted
@@ -183,7 +195,7 @@ class RpcMetrics(grpc.aio.ServerInterceptor):
     @contextlib.contextmanager
     def _observed(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> Iterator[None]:
         call = _current_call()
-        inflight = self.collectors.inflight.labels(method)
+        inflight = self._child(self.collectors.inflight, method)
         inflight.inc()
         start, error = time.perf_counter(), None
         try:
@@ -195,9 +207,10 @@ class RpcMetrics(grpc.aio.ServerInterceptor):
             inflight.dec()
             code = _status(context, error)
             model = "" if code == "NOT_FOUND" else (call.model or "")
-            self.collectors.requests.labels(method, model, code).inc()
-            self.collectors.duration.labels(method, model).observe(time.perf_counter() - start)
-            self.collectors.received.labels(method, model).inc(call.received)
+            self._child(self.collectors.requests, method, model, code).inc()
+            elapsed = time.perf_counter() - start
+            self._child(self.collectors.duration, method, model).observe(elapsed)
+            self._child(self.collectors.received, method, model).inc(call.received)
 
     async def intercept_service(
         self,
@@ -208,6 +221,15 @@ class RpcMetrics(grpc.aio.ServerInterceptor):
         path = handler_call_details.method
         if handler is None or path.startswith("/grpc.health") or "Reflection" in path:
             return handler
+        known = self._wrapped.get(path)
+        if known is not None and known[0] is handler:
+            return known[1]
+        wrapped = self._measured(path, handler)
+        self._wrapped[path] = (handler, wrapped)
+        return wrapped
+
+    def _measured(self, path: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """``handler``, counted, timed and measured."""
         method = path.rsplit("/", 1)[-1]
         deserialize = self._deserializer(handler.request_deserializer)
         serialize = self._serializer(method, handler.response_serializer)
