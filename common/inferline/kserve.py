@@ -189,19 +189,29 @@ def parameters(
     return values
 
 
-def set_parameters(
-    message: service_pb2.ModelInferRequest | service_pb2.ModelInferResponse,
-    values: Mapping[str, bool | int | float | str],
-) -> None:
-    """Set ``values`` in ``message``'s ``parameters`` map, each in its own kind (the inverse of
-    :func:`parameters`): bool, int64, double or string."""
+def set_parameters(target: Any, values: Mapping[str, object], what: str = "parameter") -> None:
+    """Set ``values`` in ``target``, a ``map<string, InferParameter>`` (a message's
+    ``parameters``), each in its own kind: the inverse of :func:`parameters`. A value that is
+    no bool, int64, double or string is INVALID_ARGUMENT, named as ``what`` and its key."""
     for key, value in values.items():
-        param = message.parameters[key]
+        param = target[key]
         if isinstance(value, bool):  # before int: a bool is an int too
             param.bool_param = value
         elif isinstance(value, int):
+            if not -tensors.INT64_MAX - 1 <= value <= tensors.INT64_MAX:
+                raise invalid(f"{what} {key!r} is {value}: an integer must fit in 64 bits (signed)")
             param.int64_param = value
         elif isinstance(value, float):
             param.double_param = value
-        else:
+        elif isinstance(value, str):
             param.string_param = value
+        else:
+            raise invalid(f"{what} {key!r} must be a boolean, number or string, not {kind(value)}")
+
+
+def kind(value: object) -> str:
+    """What a JSON value is, in words."""
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    return names.get(type(value), "a number" if isinstance(value, int | float) else "that")

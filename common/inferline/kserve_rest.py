@@ -38,7 +38,6 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 JSON_TYPE = "application/json"
 BINARY_TYPE = "application/octet-stream"
 BASE64 = "base64"
-_INT64_MAX = 2**63 - 1  # shapes and integer parameters are int64 in the protocol
 
 # HTTP statuses of gRPC codes: Triton's for the codes Triton has (INTERNAL 500, NOT_FOUND 404,
 # UNAVAILABLE 503, UNIMPLEMENTED 501, every other 400); for the two it has not, the standard
@@ -146,39 +145,32 @@ def _json_object(text: bytes, what: str) -> dict[str, Any]:
 
 def _object(value: object, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise invalid(f"{what} must be a JSON object, not {_kind(value)}")
+        raise invalid(f"{what} must be a JSON object, not {kserve.kind(value)}")
     return dict(value)
 
 
 def _list(value: object, what: str) -> list[Any]:
     if not isinstance(value, list):
-        raise invalid(f"{what} must be a JSON list, not {_kind(value)}")
+        raise invalid(f"{what} must be a JSON list, not {kserve.kind(value)}")
     return value
 
 
 def _text(value: object, what: str) -> str:
     if not isinstance(value, str):
-        raise invalid(f"{what} must be a string, not {_kind(value)}")
+        raise invalid(f"{what} must be a string, not {kserve.kind(value)}")
     return value
 
 
 def _flag(value: object, what: str) -> bool:
     if not isinstance(value, bool):
-        raise invalid(f"{what} must be true or false, not {_kind(value)}")
+        raise invalid(f"{what} must be true or false, not {kserve.kind(value)}")
     return value
-
-
-def _kind(value: object) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
-    if value is None:
-        return "null"
-    return names.get(type(value), "a number" if isinstance(value, int | float) else "that")
 
 
 def _timeout(value: object) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= _INT64_MAX:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= tensors.INT64_MAX:
         raise invalid(
             f"parameter 'timeout' is in microseconds, a positive integer (64-bit); got {value!r}"
         )
@@ -189,22 +181,7 @@ def _set_parameters(
     target: Any, parameters: Mapping[str, object], what: str, skip: Sequence[str] = ()
 ) -> None:
     """JSON parameters into a protobuf ``map<string, InferParameter>``."""
-    for key, value in parameters.items():
-        if key in skip:
-            continue
-        param = target[key]
-        if isinstance(value, bool):
-            param.bool_param = value
-        elif isinstance(value, int):
-            if not -_INT64_MAX - 1 <= value <= _INT64_MAX:
-                raise invalid(f"{what} {key!r} is {value}: an integer must fit in 64 bits (signed)")
-            param.int64_param = value
-        elif isinstance(value, float):
-            param.double_param = value
-        elif isinstance(value, str):
-            param.string_param = value
-        else:
-            raise invalid(f"{what} {key!r} must be a boolean, number or string, not {_kind(value)}")
+    kserve.set_parameters(target, {k: v for k, v in parameters.items() if k not in skip}, what)
 
 
 def _add_input(
@@ -219,7 +196,7 @@ def _add_input(
     what = f"input {name!r}"
     datatype = _text(tensor.get("datatype"), f"{what}: datatype")
     shape = _list(tensor.get("shape"), f"{what}: shape")
-    if not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= _INT64_MAX
+    if not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d <= tensors.INT64_MAX
                for d in shape):  # fmt: skip
         raise invalid(
             f"{what}: shape must be a list of non-negative integers (64-bit), got {shape}"
@@ -305,7 +282,9 @@ def _fitted(array: npt.NDArray[Any], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
 
 def _element(value: object, b64: bool, what: str) -> bytes:
     if not isinstance(value, str):
-        raise invalid(f"{what}: each element of a BYTES tensor is a string, not {_kind(value)}")
+        raise invalid(
+            f"{what}: each element of a BYTES tensor is a string, not {kserve.kind(value)}"
+        )
     if not b64:
         return value.encode()
     try:

@@ -41,6 +41,7 @@ CONTENTS = {
 }
 
 MAX_BYTES = int(np.iinfo(np.intp).max)  # the largest numpy array
+INT64_MAX = 2**63 - 1  # shapes and integer parameters are int64 in the protocol
 WIDEST = 8  # bytes of the widest element: INT64, FP64, the object pointer of a BYTES element
 
 

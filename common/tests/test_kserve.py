@@ -165,7 +165,7 @@ def test_parameters_set_are_read_back_each_in_its_kind(
     values: dict[str, bool | int | float | str],
 ) -> None:
     request = service_pb2.ModelInferRequest()
-    kserve.set_parameters(request, values)
+    kserve.set_parameters(request.parameters, values)
     read = kserve.parameters(request)
     assert read == values
     assert {k: type(v) for k, v in read.items()} == {k: type(v) for k, v in values.items()}

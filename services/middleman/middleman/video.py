@@ -284,7 +284,7 @@ def video_request(
     request = Request(model_name=preprocessing.VIDEO_MODEL)
     request.inputs.add(name=preprocessing.VIDEO, datatype="BYTES", shape=[1])
     request.raw_input_contents.append(join_bytes([data]))
-    kserve.set_parameters(request, {**parameters, **(sequence or {})})
+    kserve.set_parameters(request.parameters, {**parameters, **(sequence or {})})
     return request
 
 
