@@ -130,11 +130,8 @@ def tls_env(config: StackConfig, service: str, identity: str = "") -> dict[str, 
     clients need."""
     if not config.tls or service not in MTLS_SERVICES:
         return {}
-    made, prefix, identity = (
-        stack_certs(config),
-        f"INFERLINE_{service.upper()}",
-        identity or service,
-    )
+    made, prefix = stack_certs(config), f"INFERLINE_{service.upper()}"
+    identity = identity or service
     return {f"{prefix}_TLS_CERT": str(made.cert(identity)),
             f"{prefix}_TLS_KEY": str(made.key(identity)),
             f"{prefix}_TLS_CA": str(made.ca)}  # fmt: skip

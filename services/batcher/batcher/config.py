@@ -28,8 +28,9 @@ class Config:
     max_queue: int = capacity.BATCHER_QUEUE_REQUESTS
     max_queue_bytes: int = capacity.BATCHER_QUEUE_BYTES
     # Batches in flight to the upstream (all models): at most this many; about one per GPU behind
-    # it. Adaptive: fewer while batches queue at the upstream (each takes much longer per item
-    # than the fastest), so that one GPU gets full batches and many GPUs are all kept busy.
+    # it. Adaptive: fewer while batches queue at the upstream (each takes much longer than the
+    # fastest call of its size or more), so that one GPU gets full batches and many GPUs are all
+    # kept busy.
     max_inflight: int = 2
     adaptive_inflight: bool = True
     upstream_timeout_s: float = capacity.DEFAULT_DEADLINE_S

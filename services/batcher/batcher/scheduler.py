@@ -50,10 +50,12 @@ class Settings:
     max_queue_bytes: int | None = None
 
 
-# Adaptive in-flight limit: a batch whose upstream time per item is this many times the fastest
-# seen queued there (one slot fewer); one within TOLERANCE of it, sent while every slot was
-# taken, found room (one slot more). The fastest creeps up by DRIFT a call, so it follows a
-# slower upstream instead of holding the limit down for ever.
+# Adaptive in-flight limit: a batch whose upstream call took this many times the fastest call of
+# a batch of its size or more (sizes by power of two: a GPU's time grows with the batch, so a
+# small batch is not slow for taking longer per item than a full one) queued there (one slot
+# fewer); one within TOLERANCE of it, sent while every slot was taken, found room (one slot
+# more). The fastest creep up by DRIFT a call, so they follow a slower upstream instead of
+# holding the limit down for ever.
 QUEUED, TOLERANCE, DRIFT = 2.0, 1.25, 0.01
 
 
@@ -63,10 +65,10 @@ class InFlight:
     Adaptive (``adaptive=True``), the limit moves between 1 and ``limit`` with what the upstream
     shows: behind a balancer the batcher does not know how many GPUs there are, and each batch
     sent beyond what they run at once only queues there, in smaller batches that each cost a
-    call, a decode and a model launch. So a batch that took much longer per item than the
-    fastest takes a slot away, and one as fast as the fastest, sent while every slot was taken,
-    gives one back: with one GPU pod the limit settles near one or two and batches fill; as pods
-    are added, calls stay fast and the limit climbs to keep them all busy."""
+    call, a decode and a model launch. So a batch that took much longer than the fastest of its
+    size takes a slot away, and one as fast as that, sent while every slot was taken, gives one
+    back: with one GPU pod the limit settles near one or two and batches fill; as pods are
+    added, calls stay fast and the limit climbs to keep them all busy."""
 
     def __init__(self, limit: int, adaptive: bool = False) -> None:
         self.maximum = self.limit = limit
@@ -86,13 +88,13 @@ class InFlight:
         self.used += 1
         return self.used >= self.limit
 
-    def feedback(self, per_item_s: float, fastest_s: float, crowded: bool) -> None:
-        """An answered batch's upstream time per item, against the fastest seen (adaptive)."""
+    def feedback(self, took_s: float, fastest_s: float, crowded: bool) -> None:
+        """An answered batch's upstream time, against the fastest of its size (adaptive)."""
         if not self.adaptive:
             return
-        if per_item_s > QUEUED * fastest_s and self.limit > 1:
+        if took_s > QUEUED * fastest_s and self.limit > 1:
             self.limit -= 1
-        elif per_item_s <= TOLERANCE * fastest_s and crowded and self.limit < self.maximum:
+        elif took_s <= TOLERANCE * fastest_s and crowded and self.limit < self.maximum:
             self.limit += 1
 
     def give_back(self) -> None:
@@ -143,7 +145,8 @@ class ModelBatcher:
         # How long an answered upstream call takes (a moving average of the last ones): a
         # request whose deadline leaves less is not sent, since its answer would come too late.
         self.upstream_s = 0.0
-        self.fastest_s = float("inf")  # upstream time per item, the least seen (drifting up)
+        # The fastest upstream call seen (drifting up), by the batch size's power of two.
+        self.fastest_s: dict[int, float] = {}
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -316,9 +319,13 @@ class ModelBatcher:
         # and would hold back every later request until another call came through.
         took = self._loop.time() - now
         self.upstream_s += UPSTREAM_EWMA * (took - self.upstream_s)
-        per_item = took / max(items, 1)
-        self.fastest_s = min(per_item, self.fastest_s * (1 + DRIFT))
-        self.inflight.feedback(per_item, self.fastest_s, crowded)
+        size = items.bit_length()  # 2**(size-1) <= items < 2**size
+        for seen in self.fastest_s:
+            self.fastest_s[seen] *= 1 + DRIFT
+        self.fastest_s[size] = min(took, self.fastest_s.get(size, took))
+        # A batch takes no longer than a bigger one did: the fastest of its size or more.
+        fastest = min(t for seen, t in self.fastest_s.items() if seen >= size)
+        self.inflight.feedback(took, fastest, crowded)
         self.metrics.inflight_limit.set(self.inflight.limit)
         for entry, answer in zip(entries, answers, strict=True):
             if not entry.payload.future.done():

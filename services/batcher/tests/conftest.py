@@ -8,6 +8,7 @@ fail the next calls with chosen codes, and refuses any batch holding a poisoned 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -39,8 +40,11 @@ class FakeUpstream(service_pb2_grpc.GRPCInferenceServiceServicer):
         self.most_in_flight = 0
         self.cancelled = 0
         self._arrived = asyncio.Condition()
-        # One GPU: calls run one at a time, each taking ``gpu_s`` (None: at once, concurrently).
+        # One GPU: calls run one at a time, each taking ``gpu_s`` plus ``item_s`` per item
+        # (None: at once, concurrently); ``gpus``: as many GPUs as calls, each call at once.
         self.gpu_s: float | None = None
+        self.item_s = 0.0
+        self.gpus = False
         self._gpu = asyncio.Lock()
 
     async def wait_calls(self, count: int) -> None:
@@ -64,8 +68,9 @@ class FakeUpstream(service_pb2_grpc.GRPCInferenceServiceServicer):
         finally:
             self.in_flight -= 1
         if self.gpu_s is not None:
-            async with self._gpu:
-                await asyncio.sleep(self.gpu_s)  # the model's own time, not a readiness wait
+            took = self.gpu_s + self.item_s * (request.inputs[0].shape[0] if request.inputs else 0)
+            async with contextlib.nullcontext() if self.gpus else self._gpu:
+                await asyncio.sleep(took)  # the model's own time, not a readiness wait
         if self.failures:
             code = self.failures.pop(0)
             await context.abort(code, f"fake upstream says {code.name}")

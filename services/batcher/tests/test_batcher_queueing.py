@@ -190,19 +190,17 @@ def test_the_adaptive_limit_gives_a_slot_up_when_batches_queue_and_takes_one_bac
     None
 ):
     slots = InFlight(4, adaptive=True)
-    slots.feedback(per_item_s=0.03, fastest_s=0.01, crowded=True)  # 3x the fastest: queued
+    slots.feedback(took_s=0.03, fastest_s=0.01, crowded=True)  # 3x the fastest: queued
     assert slots.limit == 3
-    slots.feedback(per_item_s=0.011, fastest_s=0.01, crowded=False)  # fast, but not held back
+    slots.feedback(took_s=0.011, fastest_s=0.01, crowded=False)  # fast, but not held back
     assert slots.limit == 3
-    slots.feedback(
-        per_item_s=0.011, fastest_s=0.01, crowded=True
-    )  # fast while every slot was taken
+    slots.feedback(took_s=0.011, fastest_s=0.01, crowded=True)  # fast while every slot was taken
     assert slots.limit == 4
-    slots.feedback(per_item_s=0.011, fastest_s=0.01, crowded=True)
+    slots.feedback(took_s=0.011, fastest_s=0.01, crowded=True)
     assert slots.limit == 4  # never above the maximum
     for _ in range(10):
-        slots.feedback(per_item_s=1.0, fastest_s=0.01, crowded=True)
+        slots.feedback(took_s=1.0, fastest_s=0.01, crowded=True)
     assert slots.limit == 1  # nor below one
     fixed = InFlight(4)
-    fixed.feedback(per_item_s=1.0, fastest_s=0.01, crowded=True)
+    fixed.feedback(took_s=1.0, fastest_s=0.01, crowded=True)
     assert fixed.limit == 4

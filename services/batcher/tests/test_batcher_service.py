@@ -416,3 +416,27 @@ async def test_the_adaptive_in_flight_limit_fills_one_gpus_batches(
     print(f"in-flight limit {limit}; batch sizes {sizes}")
     assert limit is not None and limit < 8  # it came down from the maximum...
     assert sum(late) / len(late) > 4  # ...and the later batches are fuller than 16 / 8
+
+
+async def test_the_adaptive_limit_takes_no_slot_for_a_small_batch_being_slower_per_item(
+    make_harness: MakeHarness,
+) -> None:
+    """Many GPUs, each call at once, taking t0 + k·b: full batches first (the fastest time per
+    item), then one caller alone. Its batches of one take longer per item than a full batch
+    but no longer than a batch of one takes: nothing queued, so the limit keeps its slots."""
+    h = await make_harness(
+        max_queue_delay_ms=1.0, max_inflight=8, adaptive_inflight=True, max_batch_size=8
+    )
+    h.fake.gpu_s, h.fake.item_s, h.fake.gpus = 0.05, 0.005, True
+
+    async def client(index: int, rounds: int) -> None:
+        for round_ in range(rounds):
+            await h.infer(infer_request(b"c%d-%d" % (index, round_)))
+
+    await asyncio.gather(*(client(i, 3) for i in range(16)))
+    await client(99, 10)
+    limit = REGISTRY.get_sample_value("inferline_batcher_inflight_limit_batches")
+    sizes = [c.inputs[0].shape[0] for c in h.fake.calls]
+    print(f"in-flight limit {limit}; batch sizes {sizes}")
+    assert max(sizes) > 4 and sizes[-10:] == [1] * 10  # full batches, then batches of one
+    assert limit is not None and limit >= 6  # 55 ms per item against 10: not queueing
