@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -50,13 +50,19 @@ class Settings:
     max_queue_bytes: int | None = None
 
 
-# Adaptive in-flight limit: a batch whose upstream call took this many times the fastest call of
-# a batch of its size or more (sizes by power of two: a GPU's time grows with the batch, so a
-# small batch is not slow for taking longer per item than a full one) queued there (one slot
-# fewer); one within TOLERANCE of it, sent while every slot was taken, found room (one slot
-# more). The fastest creep up by DRIFT a call, so they follow a slower upstream instead of
-# holding the limit down for ever.
+# Adaptive in-flight limit: a batch whose upstream call took this many times what a batch of its
+# size takes unqueued (:func:`expected`) queued there (one slot fewer); one within TOLERANCE of
+# it, sent while every slot was taken, found room (one slot more). The fastest calls seen creep
+# up by DRIFT a call, so they follow a slower upstream instead of holding the limit down.
 QUEUED, TOLERANCE, DRIFT = 2.0, 1.25, 0.01
+
+
+def expected(fastest: Mapping[int, float], items: int) -> float:
+    """The most a batch of ``items`` takes unqueued, from the fastest call seen of each size: a
+    GPU's time grows with the batch (no more than a bigger batch took) and its time per item
+    falls (no more per item than a smaller batch took). A full batch's time per item says
+    nothing of a small one: a small batch on an idle GPU is slower per item, not queued."""
+    return min(t if size >= items else t * items / size for size, t in fastest.items())
 
 
 class InFlight:
@@ -145,7 +151,7 @@ class ModelBatcher:
         # How long an answered upstream call takes (a moving average of the last ones): a
         # request whose deadline leaves less is not sent, since its answer would come too late.
         self.upstream_s = 0.0
-        # The fastest upstream call seen (drifting up), by the batch size's power of two.
+        # The fastest upstream call seen (drifting up), by batch size.
         self.fastest_s: dict[int, float] = {}
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
@@ -319,13 +325,10 @@ class ModelBatcher:
         # and would hold back every later request until another call came through.
         took = self._loop.time() - now
         self.upstream_s += UPSTREAM_EWMA * (took - self.upstream_s)
-        size = items.bit_length()  # 2**(size-1) <= items < 2**size
-        for seen in self.fastest_s:
-            self.fastest_s[seen] *= 1 + DRIFT
-        self.fastest_s[size] = min(took, self.fastest_s.get(size, took))
-        # A batch takes no longer than a bigger one did: the fastest of its size or more.
-        fastest = min(t for seen, t in self.fastest_s.items() if seen >= size)
-        self.inflight.feedback(took, fastest, crowded)
+        for size in self.fastest_s:
+            self.fastest_s[size] *= 1 + DRIFT
+        self.fastest_s[items] = min(took, self.fastest_s.get(items, took))
+        self.inflight.feedback(took, expected(self.fastest_s, items), crowded)
         self.metrics.inflight_limit.set(self.inflight.limit)
         for entry, answer in zip(entries, answers, strict=True):
             if not entry.payload.future.done():

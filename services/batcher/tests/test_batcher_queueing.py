@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from batcher.queueing import BatchQueue, Entry, QueueFull
-from batcher.scheduler import InFlight
+from batcher.scheduler import InFlight, expected
 
 Arrival = tuple[str | None, int, float, float | None]  # key, items, gap before it, deadline in
 
@@ -204,3 +204,11 @@ def test_the_adaptive_limit_gives_a_slot_up_when_batches_queue_and_takes_one_bac
     fixed = InFlight(4)
     fixed.feedback(took_s=1.0, fastest_s=0.01, crowded=True)
     assert fixed.limit == 4
+
+
+def test_what_a_batch_takes_unqueued_comes_from_bigger_batches_and_smaller_ones_per_item() -> None:
+    fastest = {1: 0.05, 8: 0.09}  # a GPU taking 45 ms + 5 ms per item
+    assert expected(fastest, 1) == 0.05
+    assert expected(fastest, 4) == 0.09  # no more than a batch of 8 took
+    assert expected(fastest, 16) == pytest.approx(0.18)  # no more per item than 8 took
+    assert expected({8: 0.09}, 1) == 0.09  # never the full batch's 11 ms per item
