@@ -6,11 +6,15 @@ side, ``10.200.N.2`` (:attr:`Namespace.address`) inside. A process started with
 :meth:`Namespace.argv` (``ip netns exec NAME …``) listens there, and the root namespace (Envoy,
 the test) reaches it only through the veth, where faults apply:
 
-* :meth:`Namespace.black_hole`: every packet dropped in both directions (a ``pfifo`` qdisc of
-  length 0 on each end of the veth). Nothing answers, nothing is reset: connections hang as
-  they would to a host that lost power or a partitioned network. Both ends also get a
-  permanent neighbour entry, so that no failed ARP turns the hole into a fast "no route to
-  host";
+* :meth:`Namespace.black_hole`: every packet lost in both directions, inside the namespace:
+  what arrives is dropped by a ``blackhole`` routing rule on its end of the veth, what it
+  sends by a ``pfifo`` qdisc of length 0. Nothing answers, nothing is reset: connections hang
+  as they would to a host that lost power or a partitioned network. Nothing changes on the
+  root side, so its sockets (Envoy, the test) see their packets leave and vanish, as in a real
+  network: a drop in their own qdisc would be a local one, which Linux TCP retries without end
+  and never counts towards keepalive or ``TCP_USER_TIMEOUT``, so a connection that had sent
+  its last request would never be found dead. Both ends also get a permanent neighbour entry,
+  so that no failed ARP turns the hole into a fast "no route to host";
 * :meth:`Namespace.delay`: ``tc netem delay`` on both ends (each adds half, so the round trip
   grows by ``ms``); :class:`NetemMissing` where the kernel has no ``sch_netem``;
 * :meth:`Namespace.heal`: the faults removed.
@@ -78,6 +82,10 @@ def _mac(argv_prefix: Sequence[str], device: str) -> str:
     return match.group(1)
 
 
+_HOLE_RULE = 10  # the black hole's routing rule, before the local table's (moved to 100)
+_LOCAL_RULE = 100
+
+
 class Namespace:
     """A network namespace behind a veth pair; see the module docstring."""
 
@@ -121,6 +129,9 @@ class Namespace:
         _run([*self._inside, "ip", "addr", "add", f"{self.address}/30", "dev", self.ns_dev])
         _run([*self._inside, "ip", "link", "set", self.ns_dev, "up"])
         _run([*self._inside, "ip", "link", "set", "lo", "up"])
+        # The local table's rule after the black hole's (a rule cannot come before priority 0).
+        _run([*self._inside, "ip", "rule", "add", "pref", str(_LOCAL_RULE), "lookup", "local"])
+        _run([*self._inside, "ip", "rule", "del", "pref", "0"])
         # Permanent neighbours: a black hole stays a black hole (no ARP to fail).
         host_mac, ns_mac = _mac([], self.host_dev), _mac(self._inside, self.ns_dev)
         _run(["ip", "neigh", "replace", self.address, "lladdr", ns_mac, "dev", self.host_dev,
@@ -133,8 +144,11 @@ class Namespace:
         _run([*self._inside, "tc", "qdisc", "replace", "dev", self.ns_dev, "root", *spec])
 
     def black_hole(self) -> None:
-        """Drop every packet both ways, silently (no reset, no ICMP)."""
-        self._qdisc("pfifo", "limit", "0")
+        """Lose every packet both ways, silently (no reset, no ICMP), inside the namespace."""
+        _run([*self._inside, "ip", "rule", "add", "pref", str(_HOLE_RULE), "iif", self.ns_dev,
+              "blackhole"])  # fmt: skip
+        _run([*self._inside, "tc", "qdisc", "replace", "dev", self.ns_dev, "root", "pfifo",
+              "limit", "0"])  # fmt: skip
 
     def delay(self, ms: float) -> None:
         """Add ``ms`` to every round trip (``ms``/2 each way, tc netem)."""
@@ -146,7 +160,8 @@ class Namespace:
             raise
 
     def heal(self) -> None:
-        """Remove the faults: the default qdisc on both ends."""
+        """Remove the faults: no black-hole rule, the default qdisc on both ends."""
+        _run([*self._inside, "ip", "rule", "del", "pref", str(_HOLE_RULE)], check=False)
         _run(["tc", "qdisc", "del", "dev", self.host_dev, "root"], check=False)
         _run([*self._inside, "tc", "qdisc", "del", "dev", self.ns_dev, "root"], check=False)
 
