@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from inferline_stack.config import StackConfig
+from inferline_stack.config import MIDDLEMAN, StackConfig
 from inferline_stack.health import wait_ready
 from inferline_stack.processes import ProcessTable
+from inferline_stack.services import settings
 from inferline_stack.stack import down, up
 from inferline_testing import media
 from inferline_testing.overload import SIMULATED
@@ -94,13 +95,14 @@ def direct_pipeline(run_dir: Path, repository: Path) -> Iterator[str]:
         ),
         "middleman": (
             [sys.executable, "-m", "middleman"],
-            {
-                "INFERLINE_MIDDLEMAN_PORT": str(middleman_port),
-                "INFERLINE_MIDDLEMAN_METRICS_PORT": str(free_port()),
-                "INFERLINE_MIDDLEMAN_REST_PORT": str(free_port()),
-                "INFERLINE_MIDDLEMAN_TRITON_URL": triton,
-                "INFERLINE_MIDDLEMAN_PREPROCESS_URL": "",
-            },
+            settings(
+                MIDDLEMAN,
+                port=middleman_port,
+                metrics_port=free_port(),
+                rest_port=free_port(),
+                triton_url=triton,
+                preprocess_url="",
+            ),
             (f"127.0.0.1:{middleman_port}", "classifier"),
         ),
     }

@@ -44,7 +44,9 @@ from bench.benchlib import RESULTS, jpegs
 from inferline import kserve
 from inferline.imaging.decode import Geometry, Limits
 from inferline.server import channel_options
+from inferline_stack.config import PREPROCESS
 from inferline_stack.health import wait_ready
+from inferline_stack.services import settings
 from inferline_testing.ports import free_port
 from middleman.pipeline import InProcessPreprocessor, Preprocessor, RemotePreprocessor
 from preprocess.choice import detect
@@ -118,12 +120,15 @@ def service(backend: str, workers: int, max_batch: int) -> Iterator[tuple[str, i
     env = {
         **os.environ,
         "INFERLINE_LOG_LEVEL": "WARNING",
-        "INFERLINE_PREPROCESS_HOST": "127.0.0.1",
-        "INFERLINE_PREPROCESS_PORT": str(port),
-        "INFERLINE_PREPROCESS_METRICS_PORT": str(free_port()),
-        "INFERLINE_PREPROCESS_BACKEND": backend,
-        "INFERLINE_PREPROCESS_WORKERS": str(workers),
-        "INFERLINE_PREPROCESS_MAX_BATCH": str(max_batch),
+        **settings(
+            PREPROCESS,
+            host="127.0.0.1",
+            port=port,
+            metrics_port=free_port(),
+            backend=backend,
+            workers=workers,
+            max_batch=max_batch,
+        ),
     }
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(

@@ -22,7 +22,9 @@ from eds.sources import endpoints_file
 from inferline_envoy import admin as envoy_admin
 from inferline_models.triton import ACCESS_TOKEN_ENV
 from inferline_stack import health
+from inferline_stack.config import BATCHER
 from inferline_stack.processes import kill_group
+from inferline_stack.services import settings
 from inferline_testing.harness import EdsProcess, EnvoyProcess, Process, envoy_params, python
 from inferline_testing.ports import free_port
 from inferline_testing.waits import wait_for
@@ -123,13 +125,16 @@ class Batcher(Process):
     ) -> None:
         self.port = free_port()
         env = {
-            "INFERLINE_BATCHER_HOST": HOST,
-            "INFERLINE_BATCHER_PORT": str(self.port),
-            "INFERLINE_BATCHER_METRICS_PORT": str(free_port()),
-            "INFERLINE_BATCHER_UPSTREAM_URL": upstream,
-            "INFERLINE_BATCHER_MAX_QUEUE_DELAY_MS": str(delay_ms),
-            "INFERLINE_BATCHER_MAX_INFLIGHT": str(max_inflight),
-            "INFERLINE_BATCHER_MAX_QUEUE": "100000",
+            **settings(
+                BATCHER,
+                host=HOST,
+                port=self.port,
+                metrics_port=free_port(),
+                upstream_url=upstream,
+                max_queue_delay_ms=delay_ms,
+                max_inflight=max_inflight,
+                max_queue=100000,
+            ),
             **QUIET,
         }
         super().__init__(name, python("batcher"), run_dir / "logs" / f"{name}.log", env)

@@ -102,6 +102,23 @@ def load(
         raise ConfigError(f"{prefix} configuration: {exc}") from exc
 
 
+def environment(cls: type, prefix: str, **values: object) -> dict[str, str]:
+    """``values`` as the ``<PREFIX>_<FIELD>`` variables that set them in a process that loads
+    ``cls`` (how a parent configures a child through its public settings). A name that is not
+    a field of ``cls``, or a value its type does not parse, fails here, in the parent: a
+    renamed setting can never silently set nothing."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise TypeError(f"{cls.__qualname__} has no setting {', '.join(unknown)}")
+    env = {}
+    for name, value in values.items():
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        env[env_name(prefix, name)] = text
+        parse_value(_field_type(cls, fields[name]), text, env_name(prefix, name))
+    return env
+
+
 def require(condition: bool, prefix: str, field: str, message: str) -> None:
     """Validation helper for ``__post_init__``: fail naming the variable."""
     if not condition:

@@ -2,7 +2,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from inferline.config import ConfigError, load, require
+from inferline.config import ConfigError, environment, load, require
 
 
 @dataclass(frozen=True)
@@ -44,3 +44,16 @@ def test_config_is_frozen() -> None:
     config = load(Example, "EX", [], {})
     with pytest.raises(AttributeError):
         config.port = 1  # type: ignore[misc]
+
+
+def test_environment_is_what_load_reads_back() -> None:
+    env = environment(Example, "EX", port=9000, ratio=0.25, debug=True)
+    assert env == {"EX_PORT": "9000", "EX_RATIO": "0.25", "EX_DEBUG": "true"}
+    assert load(Example, "EX", [], env) == Example(9000, 0.25, "x", True)
+
+
+def test_environment_refuses_a_setting_the_child_would_ignore() -> None:
+    with pytest.raises(TypeError, match="Example has no setting prot"):
+        environment(Example, "EX", prot=9000)
+    with pytest.raises(ConfigError, match="EX_PORT='eighty': expected an integer"):
+        environment(Example, "EX", port="eighty")

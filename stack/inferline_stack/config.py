@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inferline import catalog
-from inferline.config import env_name, require
+from inferline.config import env_name, environment, require
 
 PREFIX = "INFERLINE_STACK"
 
@@ -28,7 +28,7 @@ CLUSTERS = (*SERVICES, MIDDLEMAN_REST)
 # Replica i listens on base + step * i. Triton's 8001 + 10 * 8 would reach Envoy's 8081.
 REPLICA_STEP = {TRITON: 10, BATCHER: 100, PREPROCESS: 100, MIDDLEMAN: 100}
 MAX_REPLICAS = 8
-# Where images are decoded (README, Placements): beside each Triton (its GPU pod), at the
+# Where images are decoded (docs/architecture.md, Placements): beside each Triton (its GPU pod), at the
 # preprocess service pool, or in middleman.
 IN_POD, REMOTE, IN_PROCESS = "in-pod", "remote", "in-process"
 PLACEMENTS = (IN_POD, REMOTE, IN_PROCESS)
@@ -227,10 +227,5 @@ class StackConfig:
 
     def environ(self) -> dict[str, str]:
         """This configuration as ``INFERLINE_STACK_*`` variables (for a ``make`` or CLI child)."""
-        return {
-            env_name(PREFIX, f.name): _text(getattr(self, f.name)) for f in dataclasses.fields(self)
-        }
-
-
-def _text(value: object) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return environment(StackConfig, PREFIX, **values)

@@ -18,8 +18,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from batcher import config as batcher_config
+from eds import config as eds_config
 from eds.cache import Endpoint
 from inferline import capacity
+from inferline.config import environment
 from inferline_envoy import config as envoy_config
 from inferline_envoy import proxyless
 from inferline_stack import certs, health, leftovers
@@ -37,6 +40,8 @@ from inferline_stack.config import (
     StackConfig,
 )
 from inferline_stack.scaling import Member
+from middleman import config as middleman_config
+from preprocess import config as preprocess_config
 
 EDS, ENVOY = "eds", "envoy"
 HOST = "127.0.0.1"  # every process of the local stack listens on loopback only
@@ -124,17 +129,31 @@ def public_tls(config: StackConfig) -> health.ClientTls | None:
     return health.ClientTls(str(stack_certs(config).ca)) if config.tls else None
 
 
+# Each service's settings (its Config and the prefix of its variables): what the stack sets.
+SETTINGS: dict[str, tuple[type, str]] = {
+    BATCHER: (batcher_config.Config, batcher_config.PREFIX),
+    EDS: (eds_config.Config, eds_config.PREFIX),
+    MIDDLEMAN: (middleman_config.Config, middleman_config.PREFIX),
+    PREPROCESS: (preprocess_config.Config, preprocess_config.PREFIX),
+}
+
+
+def settings(service: str, **values: object) -> dict[str, str]:
+    """``values`` as ``service``'s environment, checked against its Config (a setting it does
+    not have fails here: :func:`inferline.config.environment`)."""
+    cls, prefix = SETTINGS[service]
+    return environment(cls, prefix, **values)
+
+
 def tls_env(config: StackConfig, service: str, identity: str = "") -> dict[str, str]:
     """``INFERLINE_<SERVICE>_TLS_*``: its server certificate (``identity``'s, when it answers
     for another: a GPU pod's preprocess is what Envoy's ``triton`` cluster reaches), and the CA
     clients need."""
     if not config.tls or service not in MTLS_SERVICES:
         return {}
-    made, prefix = stack_certs(config), f"INFERLINE_{service.upper()}"
-    identity = identity or service
-    return {f"{prefix}_TLS_CERT": str(made.cert(identity)),
-            f"{prefix}_TLS_KEY": str(made.key(identity)),
-            f"{prefix}_TLS_CA": str(made.ca)}  # fmt: skip
+    made, identity = stack_certs(config), identity or service
+    return settings(service, tls_cert=made.cert(identity), tls_key=made.key(identity),
+                    tls_ca=made.ca)  # fmt: skip
 
 
 def certs_digest(config: StackConfig, *names: str) -> str:
@@ -169,9 +188,7 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
     if service == TRITON:
         return triton_replica(config, index)
     port, metrics_port, *rest_port = ports  # middleman: and its REST port
-    prefix = f"INFERLINE_{service.upper()}"
-    env = {f"{prefix}_HOST": HOST, f"{prefix}_PORT": str(port),
-           f"{prefix}_METRICS_PORT": str(metrics_port)}  # fmt: skip
+    env = settings(service, host=HOST, port=port, metrics_port=metrics_port)
     checked = {BATCHER: models, PREPROCESS: ["preprocess"], MIDDLEMAN: ["classifier"]}[service]
     env.update(capacity_env(service))
     env.update(tls_env(config, service))
@@ -181,15 +198,16 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
         upstream = BATCHER if config.batcher else TRITON
         remote_decode = config.placement == REMOTE
         env.update(
-            {
-                f"{prefix}_TRITON_URL": config.listener(upstream),
-                f"{prefix}_TRITON_MODEL": config.model,
-                f"{prefix}_REPOSITORY": config.model_repository,
-                f"{prefix}_MODELS": ",".join(models[1:]),
-                f"{prefix}_PLACEMENT": config.placement,
-                f"{prefix}_PREPROCESS_URL": config.listener(PREPROCESS) if remote_decode else "",
-                f"{prefix}_REST_PORT": str(rest_port[0]),
-            }
+            settings(
+                MIDDLEMAN,
+                triton_url=config.listener(upstream),
+                triton_model=config.model,
+                repository=config.model_repository,
+                models=",".join(models[1:]),
+                placement=config.placement,
+                preprocess_url=config.listener(PREPROCESS) if remote_decode else "",
+                rest_port=rest_port[0],
+            )
         )
     return Service(
         name=name,
@@ -249,20 +267,22 @@ def triton_replica(config: StackConfig, index: int) -> Service:
     )
     if not in_pod:
         return replica
-    prefix = "INFERLINE_PREPROCESS"
     token = run_path(config, "pods").resolve() / f"{name}.token"
     env = {
-        f"{prefix}_HOST": HOST,
-        f"{prefix}_PORT": str(pod_port),
-        f"{prefix}_METRICS_PORT": str(pod_metrics_port),
-        f"{prefix}_TRITON_URL": f"{HOST}:{grpc_port}",
-        f"{prefix}_TRITON_TOKEN_FILE": str(token),
-        f"{prefix}_SHM_PREFIX": shm_prefix(config, name),
+        **settings(
+            PREPROCESS,
+            host=HOST,
+            port=pod_port,
+            metrics_port=pod_metrics_port,
+            triton_url=f"{HOST}:{grpc_port}",
+            triton_token_file=token,
+            shm_prefix=shm_prefix(config, name),
+        ),
         **capacity_env(PREPROCESS),
         # Envoy's `triton` cluster reaches the pod: it answers as triton; it calls its Triton
         # with the same certificate (loopback is open to every local process here).
         **tls_env(config, PREPROCESS, identity=TRITON),
-        **({f"{prefix}_TRITON_TLS": "true"} if config.tls else {}),
+        **(settings(PREPROCESS, triton_tls=True) if config.tls else {}),
     }
     argv = python(
         "inferline_stack.pod",
@@ -287,9 +307,9 @@ def capacity_env(service: str) -> dict[str, str]:
     to admits (inferline.capacity), since one replica of each may serve them all."""
     admitted = str(capacity.ADMITTED_REQUESTS * MAX_REPLICAS)
     if service == BATCHER:
-        return {"INFERLINE_BATCHER_MAX_QUEUE": admitted}
+        return settings(BATCHER, max_queue=admitted)
     if service == PREPROCESS:
-        return {"INFERLINE_PREPROCESS_MAX_INFLIGHT": admitted}
+        return settings(PREPROCESS, max_inflight=admitted)
     return {}
 
 
@@ -297,13 +317,13 @@ def batcher_upstream(config: StackConfig) -> dict[str, str]:
     """Envoy's Triton listener, or (proxyless) ``xds:///triton`` with gRPC's xDS bootstrap."""
     # At most one batch in flight per Triton replica the stack may scale to; the batcher's
     # adaptive limit keeps fewer while they queue at the replicas running now. Overridable.
-    inflight = {"INFERLINE_BATCHER_MAX_INFLIGHT": os.environ.get(
-        "INFERLINE_BATCHER_MAX_INFLIGHT", str(MAX_REPLICAS))}  # fmt: skip
+    inflight = settings(BATCHER, max_inflight=MAX_REPLICAS)
+    inflight = {name: os.environ.get(name, value) for name, value in inflight.items()}
     if not config.proxyless:
-        return {"INFERLINE_BATCHER_UPSTREAM_URL": config.listener(TRITON), **inflight}
+        return {**settings(BATCHER, upstream_url=config.listener(TRITON)), **inflight}
     bootstrap = run_path(config, "xds-bootstrap.json").resolve()
     return {
-        "INFERLINE_BATCHER_UPSTREAM_URL": f"xds:///{TRITON}",
+        **settings(BATCHER, upstream_url=f"xds:///{TRITON}"),
         proxyless.BOOTSTRAP_FILE_ENV: str(bootstrap),
         **inflight,
     }
@@ -324,13 +344,14 @@ def eds(config: StackConfig) -> Service:
         argv=python("eds"),
         address=address,
         check=lambda: health.serving(address),
-        env={
-            "INFERLINE_EDS_HOST": HOST,
-            "INFERLINE_EDS_PORT": str(config.eds_port),
-            "INFERLINE_EDS_METRICS_PORT": str(config.eds_metrics_port),
-            "INFERLINE_EDS_ENDPOINTS_FILE": str(endpoints_path(config).resolve()),
-            "INFERLINE_EDS_SERVICES": ",".join(CLUSTERS),
-        },
+        env=settings(
+            EDS,
+            host=HOST,
+            port=config.eds_port,
+            metrics_port=config.eds_metrics_port,
+            endpoints_file=endpoints_path(config).resolve(),
+            services=",".join(CLUSTERS),
+        ),
         metrics=f"http://{HOST}:{config.eds_metrics_port}/metrics",
     )
 

@@ -36,6 +36,7 @@ from inferline import kserve
 from inferline_envoy import admin as envoy_admin
 from inferline_envoy import config as envoy_config
 from inferline_stack import scaling
+from inferline_stack.services import EDS, settings
 from inferline_testing.ports import free_port
 from inferline_testing.probe import STATS_MODEL
 from inferline_testing.waits import wait_for, wait_for_state
@@ -183,14 +184,15 @@ class EdsProcess(Process):
     ) -> None:
         self.host = host
         self.port, self.metrics_port = free_port(), free_port()
-        env = {
-            "INFERLINE_EDS_HOST": host,
-            "INFERLINE_EDS_PORT": str(self.port),
-            "INFERLINE_EDS_METRICS_PORT": str(self.metrics_port),
-            "INFERLINE_EDS_ENDPOINTS_FILE": str(endpoints),
-            "INFERLINE_EDS_SERVICES": ",".join(services),
-            "INFERLINE_EDS_POLL_INTERVAL_S": str(poll_interval_s),
-        }
+        env = settings(
+            EDS,
+            host=host,
+            port=self.port,
+            metrics_port=self.metrics_port,
+            endpoints_file=endpoints,
+            services=",".join(services),
+            poll_interval_s=poll_interval_s,
+        )
         super().__init__("eds", [*prefix, *python("eds")], run_dir / "logs" / "eds.log", env)
 
     @property
