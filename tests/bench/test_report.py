@@ -1,4 +1,4 @@
-"""The README's performance section is rendered from the result files, goal by goal."""
+"""docs/performance.md's generated section is rendered from the result files, goal by goal."""
 
 from __future__ import annotations
 
@@ -45,11 +45,11 @@ RESULTS: dict[str, dict[str, Any] | None] = {
     "e2e": {"ratio": 0.64},
     "batcher": {"added_latency": {"added_p50_ms": 0.9}},
 }
-README = f"# title\n\nbefore\n\n{report.START}\nold figures\n{report.END}\n\nafter\n"
+PAGE = f"# title\n\nbefore\n\n{report.START}\nold figures\n{report.END}\n\nafter\n"
 
 
 def test_the_section_between_the_markers_is_replaced_and_nothing_else() -> None:
-    text = report.render(README, RESULTS)
+    text = report.render(PAGE, RESULTS)
     assert text.startswith("# title\n\nbefore\n\n") and text.endswith("\n\nafter\n")
     assert "old figures" not in text
     assert "| preprocess | 2.25 ms | 1.80 ms |" in text
@@ -74,11 +74,11 @@ def test_each_goal_says_met_or_missed_with_its_figure() -> None:
     ]
 
 
-def test_a_readme_without_markers_is_refused() -> None:
+def test_a_page_without_markers_is_refused() -> None:
     with pytest.raises(SystemExit, match="no performance markers"):
         report.render("# no section\n", RESULTS)
 
 
-def test_the_readme_shows_the_committed_results() -> None:
-    """The README's section is the one `python -m bench.report` makes from bench/results."""
+def test_the_performance_page_shows_the_committed_results() -> None:
+    """The page's section is the one `python -m bench.report` makes from bench/results."""
     assert report.main(["--check"]) == 0, "run python -m bench.report"

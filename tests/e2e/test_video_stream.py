@@ -40,8 +40,8 @@ LARGE_VIDEO_BYTES = 160 * MiB
 # What a video in chunks may add to a process's peak memory, beyond what a short one of the
 # same kind took: chunks in flight (gRPC's flow-control windows, the forwarding's two), decoded
 # frames, allocator slack; none of it grows with the video. Measured on the 2-core development
-# machine, shared with other work (11-42 MiB; a loaded CI run saw 57): see the README's Video
-# section. A whole video in memory would add the video itself, several times over (message,
+# machine, shared with other work (11-42 MiB; a loaded CI run saw 57): see docs/video.md.
+# A whole video in memory would add the video itself, several times over (message,
 # input array, copies): twice this bound and more.
 PEAK_GROWTH_BOUND = 80 * MiB
 

@@ -33,10 +33,10 @@ class Config:
     # For a model without a model card: its tensors, geometry and labels.
     triton_input: str = "INPUT"
     triton_output: str = "PROBS"
-    # Where images are decoded (README, Placements): "in-pod", by the preprocess beside each
-    # Triton, which triton_url (the batcher) reaches with the encoded images; "remote", by the
-    # preprocess service at preprocess_url; "in-process", here. "" : remote when preprocess_url
-    # is set, else in-process.
+    # Where images are decoded (docs/architecture.md, Placements): "in-pod", by the preprocess
+    # beside each Triton, which triton_url (the batcher) reaches with the encoded images;
+    # "remote", by the preprocess service at preprocess_url; "in-process", here. "" : remote
+    # when preprocess_url is set, else in-process.
     placement: str = ""
     # The preprocess service (models preprocess and preprocess_video), told each request's
     # geometry; its own settings apply to limits and video sampling. Remote decoding only.
@@ -46,7 +46,8 @@ class Config:
     crop: int = 224
     max_batch: int = 64
     max_image_bytes: int = capacity.MAX_IMAGE_BYTES  # checked here on both paths (before sending)
-    # Decoding in process: the pixels decoded per image (a JPEG at its DCT scale, see README).
+    # Decoding in process: the pixels decoded per image (a JPEG at its DCT scale, see
+    # docs/reliability.md).
     max_pixels: int = 40_000_000
     # classifier_video, decoding in process: limits and default sampling (as preprocess's).
     max_video_bytes: int = 32 * 1024 * 1024
