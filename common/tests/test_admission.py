@@ -117,11 +117,19 @@ def test_completions_below_the_floor_are_not_measured() -> None:
 
 def test_items_free_requests_only_meet_the_hard_bounds() -> None:
     clock = FakeClock()
-    admission = Admission(Limits(1000, 10**9, floor=0), clock)
-    finish(admission, clock, count=10, over_s=1.0, items=1)
+    admission = Admission(Limits(102, 10**9, floor=0), clock)
+    finish(admission, clock, count=10, over_s=1.0, items=1)  # 10 items/s
     for _ in range(100):
         admission.admit(1, 1, 60.0)
+    with pytest.raises(Overloaded) as refused:  # 100 items ahead at 10/s: not within 1 s
+        admission.admit(1, 1, 1.0)
+    assert refused.value.reason == "load"
     admission.admit(0, 1, 0.001)  # e.g. a video: its frames are not known yet
+    admission.admit(0, 1, 0.001)
+    assert (admission.requests, admission.items) == (102, 100)
+    with pytest.raises(Overloaded) as refused:
+        admission.admit(0, 1, 0.001)
+    assert refused.value.reason == "requests"
 
 
 @given(

@@ -40,6 +40,10 @@ PROVISIONING = GRAFANA_DIR / "provisioning"
 # grafana/dashboards/ there.
 DASHBOARDS_MOUNT = "/etc/grafana/dashboards/inferline"
 
+# A description opens with the question its panel answers; a metric it names is one the
+# panel's queries read (a renamed metric leaves no description naming the old one).
+QUESTION = re.compile(r"(How|What|Which|Is|Are|Has|Have|Does|Do|When|Where|Why)\b[^?]*\?")
+METRIC_WORD = re.compile(r"\b(?:nv|inferline|envoy|DCGM)_\w+")
 UNITS = {"reqps", "ops", "s", "ms", "bytes", "Bps", "percentunit", "watt", "none"}
 PANEL_TYPES = {"timeseries", "stat"}
 
@@ -105,12 +109,21 @@ def assert_no_overlap(dashboard: Dashboard) -> None:
                 cells[(x, y)] = panel["title"]
 
 
+def test_no_two_panels_share_a_description() -> None:
+    descriptions = [panel.get("description") for _, panel in PANELS]
+    assert len(descriptions) == len(set(descriptions))
+
+
 @pytest.mark.parametrize(("uid", "panel"), PANELS, ids=PANEL_IDS)
 def test_every_panel(uid: str, panel: dict[str, Any]) -> None:
     assert panel["type"] in PANEL_TYPES
     assert panel["datasource"] == DATASOURCE
-    assert len(panel.get("description", "")) > 40, "say which question the panel answers"
-    assert "?" in panel["description"], "the description asks the panel's question"
+    description = panel.get("description", "")
+    question = QUESTION.match(description)
+    assert question and ". " not in question[0], "open with the question the panel answers"
+    read = {name for target in panel["targets"] for name in metric_names(target["expr"])}
+    for named in METRIC_WORD.findall(description):
+        assert any(name.startswith(named) for name in read), f"names {named}, reads {read}"
     unit = panel["fieldConfig"]["defaults"]["unit"]
     assert unit in UNITS or unit.startswith("suffix:")
     targets = panel["targets"]

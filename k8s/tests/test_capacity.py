@@ -72,6 +72,8 @@ def test_inner_replicas_hold_what_the_most_middlemen_admit(target: str) -> None:
 def test_no_manifest_overrides_a_bound(target: str) -> None:
     # The bounds come from inferline.capacity's defaults, so they agree by construction; a
     # manifest that sets one must be checked against the others first (then change this test).
-    for container in containers(render(target)):
+    found = list(containers(render(target)))
+    assert {"middleman", "batcher", "preprocess"} <= {c.name for c in found}, target
+    for container in found:
         overridden = sorted(set(container.env()) & set(BOUNDS))
         assert not overridden, f"{container.where} sets {overridden}"

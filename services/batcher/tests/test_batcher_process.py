@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import sys
@@ -12,7 +13,8 @@ import grpc
 import pytest
 from tritonclient.grpc import service_pb2_grpc
 
-from batcher.config import Config
+from batcher.config import PREFIX, Config
+from inferline.config import env_name
 from inferline_testing.ports import free_port
 
 from .conftest import FakeUpstream, infer_request, serve, wait_serving
@@ -80,5 +82,7 @@ async def test_help_lists_every_setting(flag: str) -> None:
     )
     stdout, _ = await asyncio.wait_for(process.communicate(), 30)
     text = stdout.decode()
-    for name in ("UPSTREAM_URL", "MAX_BATCH_SIZE", "MAX_QUEUE_DELAY_MS", "MAX_INFLIGHT"):
-        assert f"INFERLINE_BATCHER_{name}" in text
+    settings = [field.name for field in dataclasses.fields(Config)]
+    for name in settings:
+        flag = f"--{name.replace('_', '-')} "
+        assert flag in text and f"env {env_name(PREFIX, name)}\n" in text, name
