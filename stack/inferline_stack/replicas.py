@@ -8,6 +8,7 @@ flight to it, stop the process, remove it from the file (:mod:`inferline_stack.s
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 
@@ -55,27 +56,21 @@ def start_ready(config: StackConfig, table: ProcessTable, service: Service) -> f
     return took
 
 
-def announce(config: StackConfig, service: Service) -> float:
-    """Write ``service`` HEALTHY to the endpoints file; seconds until Envoy routes to it."""
+def add(config: StackConfig, table: ProcessTable, service: Service) -> None:
+    """Start a replica, wait until it is ready, announce it, wait until Envoy routes to it;
+    if Envoy does not, take it out again and stop it."""
+    took = start_ready(config, table, service)
+    path, members = endpoints_path(config), service.members()
     try:
-        took = scaling.announce_sync(
-            endpoints_path(config), service.members(), config.admin_url, ROUTABLE_TIMEOUT_S
+        routed = (
+            asyncio.run(scaling.announce(path, members, config.admin_url, ROUTABLE_TIMEOUT_S))
+            or 0.0
         )
     except (TimeoutError, envoy_admin.AdminError) as exc:
-        raise StackError(f"Envoy does not route to {service.name}: {exc}") from None
-    return took or 0.0
-
-
-def add(config: StackConfig, table: ProcessTable, service: Service) -> None:
-    """Start a replica, wait until it is ready, announce it, wait until Envoy routes to it."""
-    took = start_ready(config, table, service)
-    try:
-        routed = announce(config, service)
-    except StackError:
-        for cluster, endpoint in service.members():
-            endpoints_file.remove_endpoint(endpoints_path(config), cluster, HOST, endpoint.port)
+        for cluster, endpoint in members:
+            endpoints_file.remove_endpoint(path, cluster, HOST, endpoint.port)
         table.stop(service.name, config.stop_grace_s)
-        raise
+        raise StackError(f"Envoy does not route to {service.name}: {exc}") from None
     track(config, table)
     console.print(
         f"[green]✓[/] {service.name} ready at {service.address} ({took:.1f}s); "
@@ -106,8 +101,10 @@ def drain(config: StackConfig, table: ProcessTable, service: Service) -> None:
         console.print(f"stopped {service.name} (it was not in {endpoints_path(config)})")
         return
     with console.status(f"draining {service.name} …"):
-        drained = scaling.drain_sync(
-            endpoints_path(config), service.members(), config.admin_url, stop, DRAIN_TIMEOUT_S
+        drained = asyncio.run(
+            scaling.drain(
+                endpoints_path(config), service.members(), config.admin_url, stop, DRAIN_TIMEOUT_S
+            )
         )
     track(config, table)
     took, drained_after = time.monotonic() - start, stopping[0] - start

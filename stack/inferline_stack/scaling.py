@@ -7,13 +7,12 @@ flight to it, calls ``stop`` (the process then stops gracefully), and removes it
 file. No request is lost: Envoy sends nothing new to a draining endpoint and everything it
 had sent has finished before the process is told to stop.
 
-The local stack is synchronous: :func:`announce_sync` and :func:`drain_sync` wrap each call
-in ``asyncio.run``.
+The one implementation: the local stack (``up``, ``make scale``: :mod:`inferline_stack.replicas`)
+and the test harness's pools (:class:`inferline_testing.harness.Pool`) both call these.
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 import time
@@ -73,19 +72,3 @@ async def drain(
     for cluster, endpoint in members:
         endpoints_file.remove_endpoint(path, cluster, endpoint.address, endpoint.port)
     return drained
-
-
-def announce_sync(
-    path: Path, members: Sequence[Member], admin: str = "", timeout_s: float = 10.0
-) -> float | None:
-    return asyncio.run(announce(path, members, admin, timeout_s))
-
-
-def drain_sync(
-    path: Path,
-    members: Sequence[Member],
-    admin: str,
-    stop: Callable[[], object],
-    timeout_s: float = 30.0,
-) -> bool:
-    return asyncio.run(drain(path, members, admin, stop, timeout_s))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from eds.cache import Endpoint
@@ -14,11 +15,11 @@ def test_announce_and_drain_without_envoy(tmp_path: Path) -> None:
     grpc = Endpoint("127.0.0.1", 8090, name="middleman-0")
     rest = Endpoint("127.0.0.1", 8093, name="middleman-0")
     members = [("middleman", grpc), ("middleman-rest", rest)]
-    assert scaling.announce_sync(path, members) is None
+    assert asyncio.run(scaling.announce(path, members)) is None
     assert endpoints_file.load(path) == {"middleman": (grpc,), "middleman-rest": (rest,)}
     stopped: list[bool] = []
-    drained = scaling.drain_sync(
-        path, members, "http://127.0.0.1:9", lambda: stopped.append(True), 0.2
+    drained = asyncio.run(
+        scaling.drain(path, members, "http://127.0.0.1:9", lambda: stopped.append(True), 0.2)
     )
     assert not drained  # nobody confirmed it...
     assert stopped == [True]  # ...but it was stopped and removed all the same
