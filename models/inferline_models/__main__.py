@@ -16,6 +16,23 @@ from inferline_models.export import BUILT_IN, DEFAULT_MODELS, DEFAULT_REPOSITORY
 from inferline_models.repository import MAX_BATCH_SIZE
 
 COMMANDS = ("build", "add")
+# The importer's settings (inferline_models.importer.SETTINGS) as `add` spells them, so that a
+# refusal names the flag the user typed.
+ADD_FLAGS = {
+    "name": "--name",
+    "size": "--size",
+    "resize": "--resize",
+    "normalisation": "--mean/--std or --scale/--offset",
+    "mean": "--mean",
+    "std": "--std",
+    "scale": "--scale",
+    "offset": "--offset",
+    "channels": "--channels",
+    "layout": "--layout",
+    "output_kind": "--output-kind",
+    "max_batch_size": "--max-batch-size",
+    "force": "--force",
+}
 # Options whose value may start with '-' ("--offset -1"): argparse would take it for an option.
 _SIGNED_OPTIONS = ("--mean", "--std", "--scale", "--offset")
 
@@ -39,15 +56,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _add(args)
         build_repository(args.repository, args.models or DEFAULT_MODELS, force=args.force)
     except (RuntimeError, ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        return _refuse(str(e))
     return 0
+
+
+def _refuse(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 1
 
 
 def _add(args: argparse.Namespace) -> int:
     # ONNX and ONNX Runtime only for this command.
     from inferline_models.importer import (
         ImportOptions,
+        ModelImportError,
         import_classifier,
         normalisation,
         parse_floats,
@@ -57,24 +79,27 @@ def _add(args: argparse.Namespace) -> int:
     def floats(text: str | None) -> tuple[float, ...] | None:
         return None if text is None else parse_floats(text)
 
-    options = ImportOptions(
-        name=args.name,
-        size=None if args.size is None else parse_size(args.size),
-        resize=args.resize,
-        normalisation=normalisation(
-            mean=floats(args.mean),
-            std=floats(args.std),
-            scale=floats(args.scale),
-            offset=floats(args.offset),
-        ),
-        channels=args.channels,
-        layout=args.layout,
-        output_kind=args.output_kind,
-        max_batch_size=args.max_batch_size,
-    )
-    import_classifier(
-        args.onnx, args.labels, options, args.repository, force=args.force, progress=print
-    )
+    try:
+        options = ImportOptions(
+            name=args.name,
+            size=None if args.size is None else parse_size(args.size),
+            resize=args.resize,
+            normalisation=normalisation(
+                mean=floats(args.mean),
+                std=floats(args.std),
+                scale=floats(args.scale),
+                offset=floats(args.offset),
+            ),
+            channels=args.channels,
+            layout=args.layout,
+            output_kind=args.output_kind,
+            max_batch_size=args.max_batch_size,
+        )
+        import_classifier(
+            args.onnx, args.labels, options, args.repository, force=args.force, progress=print
+        )
+    except ModelImportError as e:
+        return _refuse(e.render(ADD_FLAGS))
     return 0
 
 

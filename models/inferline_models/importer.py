@@ -1,8 +1,10 @@
 """Import an ONNX image classifier into the Triton model repository, behind the wire contract.
 
-``python -m inferline_models add --onnx FILE --labels FILE --name NAME [...]`` lands here. The
-steps are pure functions, each refusing what it cannot serve with a :class:`ModelImportError`
-that names the file and what to do:
+``python -m inferline_models add --onnx FILE --labels FILE --name NAME [...]`` lands here, in
+four steps; only the last writes. Each refuses what it cannot serve with a
+:class:`ModelImportError` that names the file and what to do; one about a setting is a
+:class:`SettingError`, which names settings as this module's API does (``std``,
+``output_kind``) and lets a caller name them its own way (the command line: its flags):
 
 1. :func:`load_network` reads the file and finds its one image input and one output;
 2. :func:`plan` decides, from the graph and the options, how pixels become the network's input
@@ -34,7 +36,7 @@ from google.protobuf.message import DecodeError
 from onnx import TensorProto
 from onnxruntime.capi import onnxruntime_pybind11_state as ort_errors
 
-from inferline.catalog import ModelCard, write_card
+from inferline.catalog import CARD_FILE, LABELS_FILE, ModelCard, write_card
 from inferline_models.repository import (
     CONFIG_FILE,
     INPUT_NAME,
@@ -75,6 +77,30 @@ _ORT_ERRORS: tuple[type[Exception], ...] = (
 class ModelImportError(ValueError):
     """A model the import path refuses; the message names the file and what to do."""
 
+    def render(self, names: Mapping[str, str]) -> str:
+        """The message, each setting it names called as ``names`` calls it."""
+        del names  # this message names no setting
+        return str(self)
+
+
+class SettingError(ModelImportError):
+    """A refusal about a setting (one of :data:`SETTINGS`): ``setting`` is the one to change.
+
+    ``why`` is a :meth:`str.format` template: a field that is a setting names it, ``str()`` as the
+    setting's own name (``std``, ``output_kind``), :meth:`render` as a caller calls it; any other
+    field is a key of ``values``.
+    """
+
+    def __init__(self, setting: str, why: str, **values: object) -> None:
+        if setting not in SETTINGS or values.keys() & SETTINGS:
+            raise TypeError(f"not a setting, or a value named as one: {setting}, {set(values)}")
+        self.setting, self.why, self.values = setting, why, values
+        super().__init__(self.render({}))
+
+    def render(self, names: Mapping[str, str]) -> str:
+        named = {setting: names.get(setting, setting) for setting in SETTINGS}
+        return self.why.format_map({**named, **self.values})
+
 
 def _quiet(_: str) -> None:
     pass
@@ -91,9 +117,9 @@ class Normalisation:
     @classmethod
     def mean_std(cls, mean: Sequence[float], std: Sequence[float]) -> Normalisation:
         """torchvision's convention: ``y = (x / 255 - mean) / std``."""
-        m, s = _triple("--mean", mean), _triple("--std", std)
+        m, s = _triple("mean", mean), _triple("std", std)
         if min(s) <= 0:
-            raise ModelImportError(f"--std must be positive, got {_show(s)}")
+            raise SettingError("std", "{std} must be positive, got {got}", got=_show(s))
         return cls(
             scale=_as_triple(1.0 / (255.0 * v) for v in s),
             offset=_as_triple(-a / b for a, b in zip(m, s, strict=True)),
@@ -103,7 +129,7 @@ class Normalisation:
     @classmethod
     def affine(cls, scale: Sequence[float], offset: Sequence[float]) -> Normalisation:
         """Pixel units: ``y = x * scale + offset``."""
-        s, o = _triple("--scale", scale), _triple("--offset", offset)
+        s, o = _triple("scale", scale), _triple("offset", offset)
         return cls(scale=s, offset=o, given={"scale": list(s), "offset": list(o)})
 
 
@@ -118,12 +144,15 @@ def normalisation(
     by_stats = mean is not None or std is not None
     by_affine = scale is not None or offset is not None
     if by_stats and by_affine:
-        raise ModelImportError(
-            "--mean/--std and --scale/--offset both given: pass one normalisation, not both"
+        raise SettingError(
+            "normalisation",
+            "{mean}/{std} and {scale}/{offset} both given: pass one normalisation, not both",
         )
     if by_stats:
         if mean is None or std is None:
-            raise ModelImportError("--mean and --std go together: pass both")
+            raise SettingError(
+                "std" if std is None else "mean", "{mean} and {std} go together: pass both"
+            )
         return Normalisation.mean_std(mean, std)
     if by_affine:
         return Normalisation.affine(scale or (1.0,), offset or (0.0,))
@@ -145,13 +174,19 @@ def parse_size(text: str) -> int:
     try:
         sides = [int(p) for p in parts]
     except ValueError:
-        raise ModelImportError(f"--size {text!r}: expected N or NxN, e.g. 224") from None
+        raise SettingError(
+            "size", "{size} {text!r}: expected N or NxN, e.g. 224", text=text
+        ) from None
     if len(sides) not in (1, 2) or min(sides) < 1:
-        raise ModelImportError(f"--size {text!r}: expected N or NxN with N >= 1, e.g. 224")
+        raise SettingError(
+            "size", "{size} {text!r}: expected N or NxN with N >= 1, e.g. 224", text=text
+        )
     if len(set(sides)) != 1:
-        raise ModelImportError(
-            f"--size {text}: only square inputs are supported (inferline's decoders centre-crop "
-            "a square); export the model for a square input"
+        raise SettingError(
+            "size",
+            "{size} {text}: only square inputs are supported (inferline's decoders centre-crop "
+            "a square); export the model for a square input",
+            text=text,
         )
     return sides[0]
 
@@ -168,6 +203,23 @@ class ImportOptions:
     layout: Layout = "NCHW"
     output_kind: OutputKind = "auto"
     max_batch_size: int = MAX_BATCH_SIZE
+
+    def __post_init__(self) -> None:
+        check_name(self.name)
+        if self.max_batch_size < 1:
+            raise SettingError(
+                "max_batch_size",
+                "{max_batch_size} must be >= 1, got {got}",
+                got=self.max_batch_size,
+            )
+
+
+# What a SettingError names: the fields of ImportOptions, the parts normalisation() takes, and
+# import_classifier's force.
+SETTINGS = frozenset(
+    {f.name for f in dataclasses.fields(ImportOptions)}
+    | {"mean", "std", "scale", "offset", "force"}
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,38 +313,75 @@ def load_network(path: Path) -> Network:
 
 def plan(network: Network, options: ImportOptions, labels: int) -> Plan:
     """Check the input and output against the options; decide the preprocessing."""
-    path, net_in, net_out = network.path, network.input, network.output
-    dtype = net_in.type.tensor_type.elem_type
+    dtype = _input_type(network)
+    size = _size(network, _spatial_dims(network, options.layout), options.size)
+    resize = _resize(size, options.resize)
+    _check_output(network, labels)
+    _check_normalisation(network, dtype, options.normalisation)
+    return Plan(size=size, resize=resize, pre=_preprocessing(size, dtype, options))
+
+
+def _input_type(network: Network) -> int:
+    """The input's element type, one the wrapping can cast pixels to."""
+    dtype = network.input.type.tensor_type.elem_type
     if dtype not in _INPUT_TYPES:
         raise ModelImportError(
-            f"{path}: unsupported input type {_type_name(dtype)}: the import path accepts "
+            f"{network.path}: unsupported input type {_type_name(dtype)}: the import path accepts "
             f"{', '.join(_INPUT_TYPES.values())}"
         )
+    return dtype
+
+
+def _spatial_dims(network: Network, layout: Layout) -> list[int | str | None]:
+    """Height and width of a rank-4 input with 3 channels where ``layout`` puts them."""
+    net_in = network.input
     dims = _dims(net_in)
     if dims is None or len(dims) != 4:
-        raise ModelImportError(
-            f"{path}: input {_tensor(net_in)} has the wrong rank ({_rank(dims)}): the import path "
-            "takes rank-4 images, [batch, 3, H, W] (--layout NCHW) or [batch, H, W, 3] "
-            "(--layout NHWC)"
+        raise SettingError(
+            "layout",
+            "{path}: input {tensor} has the wrong rank ({rank}): the import path takes rank-4 "
+            "images, [batch, 3, H, W] ({layout} NCHW) or [batch, H, W, 3] ({layout} NHWC)",
+            path=network.path,
+            tensor=_tensor(net_in),
+            rank=_rank(dims),
         )
-    channel_axis, spatial = (3, dims[1:3]) if options.layout == "NHWC" else (1, dims[2:4])
+    channel_axis, spatial = (3, dims[1:3]) if layout == "NHWC" else (1, dims[2:4])
     channels = dims[channel_axis]
-    if channels != 3:
-        other: Layout = "NHWC" if options.layout == "NCHW" else "NCHW"
-        other_axis = 3 if other == "NHWC" else 1
-        hint = (
-            f"; its axis {other_axis} is 3: pass --layout {other}" if dims[other_axis] == 3 else ""
+    if channels == 3:
+        return spatial
+    other: Layout = "NHWC" if layout == "NCHW" else "NCHW"
+    other_axis = 3 if other == "NHWC" else 1
+    hint = f"; its axis {other_axis} is 3: pass {{layout}} {other}" if dims[other_axis] == 3 else ""
+    # A dynamic channel axis is fed 3 channels, unless the graph looks like the other layout.
+    if isinstance(channels, int) or hint:
+        raise SettingError(
+            "layout",
+            "{path}: input {tensor} has {count} channels at axis {axis} ({given}), not 3" + hint,
+            path=network.path,
+            tensor=_tensor(net_in),
+            count=_show_dim(channels),
+            axis=channel_axis,
+            given=layout,
         )
-        # A dynamic channel axis is fed 3 channels, unless the graph looks like the other layout.
-        if isinstance(channels, int) or hint:
-            raise ModelImportError(
-                f"{path}: input {_tensor(net_in)} has {_show_dim(channels)} channels at axis "
-                f"{channel_axis} ({options.layout}), not 3{hint}"
-            )
-    size = _size(path, net_in, spatial, options.size)
-    resize = round(size * 256 / 224) if options.resize is None else options.resize
+    return spatial
+
+
+def _resize(size: int, given: int | None) -> int:
+    """The shorter side to resize to: ``given``, or ImageNet's 256/224 of the crop."""
+    resize = round(size * 256 / 224) if given is None else given
     if resize < size:
-        raise ModelImportError(f"--resize {resize} is smaller than the input size {size}")
+        raise SettingError(
+            "resize",
+            "{resize} {resize_to} is smaller than the input size {size_is}",
+            resize_to=resize,
+            size_is=size,
+        )
+    return resize
+
+
+def _check_output(network: Network, labels: int) -> None:
+    """Class scores: rank 2, floats, as many classes as labels where the graph fixes them."""
+    path, net_out = network.path, network.output
     out_dims = _dims(net_out)
     if out_dims is None or len(out_dims) != 2:
         raise ModelImportError(
@@ -309,19 +398,32 @@ def plan(network: Network, options: ImportOptions, labels: int) -> Plan:
             f"{path}: output type {_type_name(net_out.type.tensor_type.elem_type)} is not a "
             "float type: the import path takes float32, float16 or float64 scores"
         )
-    norm = options.normalisation
+
+
+def _check_normalisation(network: Network, dtype: int, norm: Normalisation | None) -> None:
+    """uint8 pixels go in as they are; float inputs need to be told how they are normalised."""
     if dtype == TensorProto.UINT8 and norm is not None:
-        raise ModelImportError(
-            f"{path} takes uint8 pixels, which cannot be normalised on the way in: drop "
-            "--mean/--std and --scale/--offset"
+        raise SettingError(
+            "normalisation",
+            "{path} takes uint8 pixels, which cannot be normalised on the way in: drop "
+            "{mean}/{std} and {scale}/{offset}",
+            path=network.path,
         )
     if dtype != TensorProto.UINT8 and norm is None:
-        raise ModelImportError(
-            f"{path} takes {_INPUT_TYPES[dtype]} input: say how 0-255 pixels are normalised, "
-            "--mean R,G,B --std R,G,B (torchvision: (x/255 - mean)/std) or --scale S "
-            "--offset O (x*S + O); --scale 1 --offset 0 keeps raw 0-255 values"
+        raise SettingError(
+            "normalisation",
+            "{path} takes {dtype} input: say how 0-255 pixels are normalised, {mean} R,G,B "
+            "{std} R,G,B (torchvision: (x/255 - mean)/std) or {scale} S {offset} O (x*S + O); "
+            "{scale} 1 {offset} 0 keeps raw 0-255 values",
+            path=network.path,
+            dtype=_INPUT_TYPES[dtype],
         )
-    pre = Preprocessing(
+
+
+def _preprocessing(size: int, dtype: int, options: ImportOptions) -> Preprocessing:
+    """What the wrapping does to uint8 RGB NCHW pixels before the network sees them."""
+    norm = options.normalisation
+    return Preprocessing(
         size=size,
         scale=None if norm is None else norm.scale,
         offset=None if norm is None else norm.offset,
@@ -329,7 +431,6 @@ def plan(network: Network, options: ImportOptions, labels: int) -> Plan:
         nhwc=options.layout == "NHWC",
         dtype=dtype,
     )
-    return Plan(size=size, resize=resize, pre=pre)
 
 
 def prepare(
@@ -342,9 +443,6 @@ def prepare(
 ) -> PreparedClassifier:
     """Read, plan, wrap and check; nothing is written. ``source`` (default: the file's name)
     goes into the model card with the options."""
-    check_name(options.name)
-    if options.max_batch_size < 1:
-        raise ModelImportError(f"--max-batch-size must be >= 1, got {options.max_batch_size}")
     labels = read_labels(labels_path)
     network = load_network(onnx_path)
     progress(f"read {onnx_path}: {network.description}")
@@ -423,10 +521,13 @@ def import_classifier(
     progress: Progress = _quiet,
 ) -> Path:
     """The ``add`` command: refuse an existing model unless ``force``, prepare, install."""
-    check_name(options.name)
-    target = model_dir(repository, options.name)
-    if target.exists() and not force:
-        raise ModelImportError(f"model {options.name} exists in {repository}; --force replaces it")
+    if model_dir(repository, options.name).exists() and not force:
+        raise SettingError(
+            "force",
+            "model {model} exists in {repository}; {force} replaces it",
+            model=options.name,
+            repository=repository,
+        )
     prepared = prepare(onnx_path, labels_path, options, progress=progress)
     written = install(prepared, repository)
     progress(f"wrote {written} ({', '.join(_written_files())})")
@@ -436,18 +537,22 @@ def import_classifier(
 def check_name(name: str) -> None:
     """A Triton model name that is also a plain directory name, and not the simulated GPU's."""
     if not _NAME.fullmatch(name):
-        raise ModelImportError(
-            f"model name {name!r}: use letters, digits, '_', '.' and '-', starting with a letter "
-            "or digit"
+        raise SettingError(
+            "name",
+            "model name {given!r}: use letters, digits, '_', '.' and '-', starting with a letter "
+            "or digit",
+            given=name,
         )
     if "simulated" in name:
-        raise ModelImportError(
-            f"model name {name!r}: names containing 'simulated' are kept for the simulated GPU"
+        raise SettingError(
+            "name",
+            "model name {given!r}: names containing 'simulated' are kept for the simulated GPU",
+            given=name,
         )
 
 
 def _written_files() -> list[str]:
-    return [str(onnx_file(Path())), CONFIG_FILE, "labels.txt", "inferline.json"]
+    return [str(onnx_file(Path())), CONFIG_FILE, LABELS_FILE, CARD_FILE]
 
 
 def _detect_output_kind(network: Network, pre: Preprocessing) -> Literal["probabilities", "logits"]:
@@ -480,10 +585,13 @@ def _check_runs(network: Network, model: onnx.ModelProto, labels: int) -> None:
         raise ModelImportError(f"{network.path}: the model answers NaN or infinite scores")
     worst = float(np.max(np.abs(probs.sum(axis=1) - 1)))
     if worst > SUM_TOLERANCE or np.any(probs < 0):
-        raise ModelImportError(
-            f"{network.path}: --output-kind probabilities, but rows are not probabilities "
-            f"(|sum - 1| up to {worst:.3g}, min {float(probs.min()):.3g}): pass --output-kind "
-            "logits (or auto)"
+        raise SettingError(
+            "output_kind",
+            "{path}: {output_kind} probabilities, but rows are not probabilities (|sum - 1| up "
+            "to {worst:.3g}, min {least:.3g}): pass {output_kind} logits (or auto)",
+            path=network.path,
+            worst=worst,
+            least=float(probs.min()),
         )
 
 
@@ -521,30 +629,43 @@ def _size_of(model: onnx.ModelProto) -> int:
     return int(graph_input.type.tensor_type.shape.dim[2].dim_value)
 
 
-def _size(
-    path: Path, net_in: onnx.ValueInfoProto, spatial: Sequence[int | str | None], given: int | None
-) -> int:
+def _size(network: Network, spatial: Sequence[int | str | None], given: int | None) -> int:
+    """The square's side: the graph's fixed height and width, or ``given`` where they are not."""
+    path, tensor = network.path, _tensor(network.input)
     height, width = spatial
     if isinstance(height, int) and isinstance(width, int):
         if height != width:
             raise ModelImportError(
-                f"{path}: input {_tensor(net_in)} is {height}x{width}: only square inputs are "
+                f"{path}: input {tensor} is {height}x{width}: only square inputs are "
                 "supported (inferline's decoders centre-crop a square)"
             )
         if given is not None and given != height:
-            raise ModelImportError(
-                f"{path}: --size {given} but input {_tensor(net_in)} is fixed at "
-                f"{height}x{width}: drop --size or pass --size {height}"
+            raise SettingError(
+                "size",
+                "{path}: {size} {given} but input {tensor} is fixed at {side}x{side}: drop "
+                "{size} or pass {size} {side}",
+                path=path,
+                given=given,
+                tensor=tensor,
+                side=height,
             )
         return height
     if given is None:
-        raise ModelImportError(
-            f"{path}: input '{net_in.name}' has dynamic height/width; pass --size"
+        raise SettingError(
+            "size",
+            "{path}: input '{input}' has dynamic height/width; pass {size}",
+            path=path,
+            input=network.input.name,
         )
     for side in (height, width):
         if isinstance(side, int) and side != given:
-            raise ModelImportError(
-                f"{path}: --size {given} but input {_tensor(net_in)} fixes a side at {side}"
+            raise SettingError(
+                "size",
+                "{path}: {size} {given} but input {tensor} fixes a side at {side}",
+                path=path,
+                given=given,
+                tensor=tensor,
+                side=side,
             )
     return given
 
@@ -617,13 +738,17 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _triple(option: str, values: Sequence[float]) -> tuple[float, float, float]:
+def _triple(setting: str, values: Sequence[float]) -> tuple[float, float, float]:
     """One value for all three channels, or one each (R, G, B)."""
     if len(values) == 1:
         return (float(values[0]),) * 3
     if len(values) == 3:
         return _as_triple(values)
-    raise ModelImportError(f"{option} takes 1 or 3 comma-separated values, got {len(values)}")
+    raise SettingError(
+        setting,
+        f"{{{setting}}} takes 1 or 3 comma-separated values, got {{got}}",
+        got=len(values),
+    )
 
 
 def _as_triple(values: Any) -> tuple[float, float, float]:

@@ -7,6 +7,7 @@ normalised, reordered and transposed by numpy: the wrapping is right when they a
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,12 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from inferline.catalog import read_card
-from inferline_models.__main__ import main
+from inferline_models.__main__ import ADD_FLAGS, main
 from inferline_models.importer import (
+    SETTINGS,
     ImportOptions,
     ModelImportError,
+    SettingError,
     import_classifier,
     normalisation,
     parse_floats,
@@ -39,6 +42,7 @@ PROBS_ATOL = 1e-5
 FLOAT16_ATOL = 2e-3
 
 Images = npt.NDArray[np.uint8]
+FLAG = re.compile(r"--[a-z][a-z-]*")
 
 
 def softmax(x: npt.NDArray[Any]) -> npt.NDArray[np.float32]:
@@ -291,7 +295,8 @@ def refusal(
     with pytest.raises(ModelImportError) as caught:
         import_classifier(path, labels_file(tmp_path, labels), options, tmp_path / "repo")
     assert not (tmp_path / "repo").exists() or not any((tmp_path / "repo").iterdir())
-    return str(caught.value).replace(str(path), "FILE")
+    assert "--" not in str(caught.value)  # the importer names settings its own way
+    return caught.value.render(ADD_FLAGS).replace(str(path), "FILE")  # as `add` says it
 
 
 def rank3() -> onnx.ModelProto:
@@ -451,16 +456,97 @@ def test_batch_refusal_says_how_to_export(tmp_path: Path) -> None:
 def test_refuses_bad_normalisation(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ModelImportError) as caught:
         normalisation(**kwargs)
-    assert str(caught.value) == message
+    assert caught.value.render(ADD_FLAGS) == message
 
 
 def test_refuses_non_square_size() -> None:
     with pytest.raises(ModelImportError) as caught:
         parse_size("224x256")
-    assert str(caught.value) == (
+    assert caught.value.render(ADD_FLAGS) == (
         "--size 224x256: only square inputs are supported (inferline's decoders centre-crop a "
         "square); export the model for a square input"
     )
+
+
+# The importer's words for a setting are its API's: what `add` says instead is the CLI's table.
+CORE_TERMS: dict[str, tuple[Callable[[], object], str, str]] = {
+    "std_length": (
+        lambda: normalisation(mean=MEAN, std=(0.2, 0.2)),
+        "std",
+        "std takes 1 or 3 comma-separated values, got 2",
+    ),
+    "std_sign": (
+        lambda: normalisation(mean=MEAN, std=(0.2, -0.2, 0.2)),
+        "std",
+        "std must be positive, got 0.2,-0.2,0.2",
+    ),
+    "mean_alone": (lambda: normalisation(mean=MEAN), "std", "mean and std go together: pass both"),
+    "both_normalisations": (
+        lambda: normalisation(mean=MEAN, std=STD, scale=(1.0,)),
+        "normalisation",
+        "mean/std and scale/offset both given: pass one normalisation, not both",
+    ),
+    "size_text": (lambda: parse_size("big"), "size", "size 'big': expected N or NxN, e.g. 224"),
+    "max_batch_size": (
+        lambda: ImportOptions(name="m", max_batch_size=0),
+        "max_batch_size",
+        "max_batch_size must be >= 1, got 0",
+    ),
+    "name": (
+        lambda: ImportOptions(name="a b"),
+        "name",
+        "model name 'a b': use letters, digits, '_', '.' and '-', starting with a letter or digit",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CORE_TERMS))
+def test_the_importer_names_the_setting_in_its_own_terms(case: str) -> None:
+    call, setting, message = CORE_TERMS[case]
+    with pytest.raises(SettingError) as caught:
+        call()
+    assert caught.value.setting == setting
+    assert str(caught.value) == message
+    assert "--" not in message
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--std", "0.2,0.2", "--mean", "0.5"], "--std takes 1 or 3 comma-separated values, got 2"),
+        (["--max-batch-size", "0", "--scale", "1"], "--max-batch-size must be >= 1, got 0"),
+        (["--size", "big", "--scale", "1"], "--size 'big': expected N or NxN, e.g. 224"),
+        (
+            ["--scale", "1", "--output-kind", "probabilities"],
+            "FILE: --output-kind probabilities, but rows are not probabilities",
+        ),
+        (
+            ["--layout", "NHWC", "--scale", "1"],
+            "FILE: input 'x' FLOAT [N, 3, 16, 16] has 16 channels at axis 3 (NHWC), not 3; its "
+            "axis 1 is 3: pass --layout NCHW",
+        ),
+    ],
+)
+def test_the_command_names_the_flag_the_user_typed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    model = save(tiny_convnet(), tmp_path / "t.onnx")
+    argv = ["add", "--onnx", str(model), "--labels", str(labels_file(tmp_path, 5)),
+            "--name", "t", "--repository", str(tmp_path / "repo"), *flags]  # fmt: skip
+    assert main(argv) == 1
+    err = capsys.readouterr().err.replace(str(model), "FILE")
+    assert err.startswith(f"error: {message}"), err
+    assert not (tmp_path / "repo").exists()
+
+
+def test_every_setting_has_a_flag_that_add_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert set(ADD_FLAGS) == SETTINGS
+    with pytest.raises(SystemExit):
+        main(["add", "--help"])
+    taken = set(FLAG.findall(capsys.readouterr().out))
+    named = {flag for flags in ADD_FLAGS.values() for flag in FLAG.findall(flags)}
+    assert len(named) == len(SETTINGS) - 1  # normalisation is set by the flags of its parts
+    assert named <= taken, named - taken
 
 
 def test_refuses_an_existing_name_without_force(tmp_path: Path) -> None:
@@ -470,16 +556,19 @@ def test_refuses_an_existing_name_without_force(tmp_path: Path) -> None:
     before = onnx_path(tmp_path / "repo", "m").read_bytes()
     with pytest.raises(ModelImportError) as caught:
         import_classifier(original, labels, affine(2, 0), tmp_path / "repo")
-    assert str(caught.value) == f"model m exists in {tmp_path / 'repo'}; --force replaces it"
+    assert isinstance(caught.value, SettingError) and caught.value.setting == "force"
+    message = caught.value.render(ADD_FLAGS)
+    assert message == f"model m exists in {tmp_path / 'repo'}; --force replaces it"
     assert onnx_path(tmp_path / "repo", "m").read_bytes() == before
 
 
 @pytest.mark.parametrize("name", ["simulated_gpu", "../up", ".hidden", "a b"])
 def test_refuses_names_triton_or_the_catalog_cannot_use(tmp_path: Path, name: str) -> None:
     original = save(tiny_convnet(), tmp_path / "t.onnx")
-    options = ImportOptions(name=name, normalisation=normalisation(scale=(1,)))
     with pytest.raises(ModelImportError, match="model name"):
+        options = ImportOptions(name=name, normalisation=normalisation(scale=(1,)))
         import_classifier(original, labels_file(tmp_path, 5), options, tmp_path / "repo")
+    assert not (tmp_path / "repo").exists()
 
 
 @pytest.mark.parametrize(
