@@ -14,10 +14,8 @@ not asserted: ``make bench-eds`` measures it.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +32,7 @@ from inferline_stack.prometheus import PROMETHEUS, binary
 from inferline_stack.scale import scale as scale_in_process
 from inferline_stack.services import EDS, ENVOY, HOST, endpoints_path, replica_name
 from inferline_stack.stack import down, up
-from inferline_testing import media
+from inferline_testing import media, stack_cli
 from inferline_testing.harness import flowing, load
 from inferline_testing.ports import config_on_free_ports
 from inferline_testing.procfs import group_pids, shared_memory
@@ -83,24 +81,9 @@ def public(config: StackConfig) -> str:
     return f"127.0.0.1:{config.public_port}"
 
 
-async def cli(config: StackConfig, *args: str) -> str:
-    """``python -m inferline_stack ARGS`` with this stack's configuration (what ``make`` runs)."""
-    proc = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "inferline_stack", *args),
-        env={**os.environ, **config.environ()},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    out, _ = await proc.communicate()
-    text = out.decode(errors="replace")
-    print(text)
-    assert proc.returncode == 0, text
-    return text
-
-
 async def scale(config: StackConfig, replicas: int) -> str:
     """``make scale SERVICE=triton REPLICAS=n``."""
-    return await cli(config, "scale", "--service", TRITON, "--replicas", str(replicas))
+    return await stack_cli.scale(config, TRITON, replicas)
 
 
 async def triton_hosts(config: StackConfig) -> dict[int, envoy_admin.HostStatus]:
@@ -162,7 +145,7 @@ async def test_scale_triton_1_2_4_2_1_under_load(scaling_stack: StackConfig) -> 
                 (replicas, round((recorder.images - before) / (time.monotonic() - started), 1))
             )
             if replicas == 4:  # `make status` shows Envoy's view of the four
-                envoy_view = (await cli(config, "status")).split("Envoy's view")[1]
+                envoy_view = (await stack_cli.cli(config, "status")).split("Envoy's view")[1]
                 rows = [r for r in envoy_view.splitlines() if r.startswith("triton ")]
                 assert len(rows) == 4 and all("healthy" in r for r in rows), envoy_view
     summary = recorder.summary()
@@ -283,30 +266,17 @@ async def test_kill_9_of_a_pods_preprocess_frees_its_ring(scaling_stack: StackCo
     assert set(now) == set(ring) and not set(now.values()) & set(ring.values())  # all new
 
 
-async def another_shell(config: StackConfig, *args: str, **settings: str) -> tuple[int, str]:
-    """``make scale …`` typed in another shell: none of the settings the stack was started with
-    (only where its run folder is), plus ``settings``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INFERLINE_STACK_")}
-    env.update({"INFERLINE_STACK_RUN_DIR": config.run_dir, **settings})
-    proc = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "inferline_stack", *args),
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    out, _ = await proc.communicate()
-    return proc.returncode or 0, out.decode(errors="replace")
-
-
 async def test_scale_in_another_shell_keeps_the_pool_one_model(scaling_stack: StackConfig) -> None:
     """The issue's case: a stack started with the simulated GPU, scaled from a shell that does
     not say so. The new replica serves the pool's model, not the default, and no request fails;
     a contradicting setting is refused, naming both."""
     config = scaling_stack
     command = ("scale", "--service", TRITON, "--replicas", "2")
-    code, out = await another_shell(config, *command, INFERLINE_STACK_MODEL="efficientnet_lite0")
+    code, out = await stack_cli.another_shell(
+        config, *command, INFERLINE_STACK_MODEL="efficientnet_lite0"
+    )
     assert code == 2 and "it runs with 'simulated_gpu'" in out, out
-    code, out = await another_shell(config, *command)
+    code, out = await stack_cli.another_shell(config, *command)
     assert code == 0, out
     ports = {triton_port(config, i) for i in (0, 1)}
     await envoy_has(config, ports)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import os
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -28,7 +27,7 @@ import pytest
 from inferline.labels import load_labels
 from inferline_stack.config import TRITON, StackConfig
 from inferline_stack.services import triton_replica
-from inferline_testing import media, tools
+from inferline_testing import media, stack_cli, tools
 from inferline_testing.ports import free_port
 from inferline_testing.waits import wait_for
 
@@ -52,21 +51,6 @@ def chromium() -> str:
 def triton_address(config: StackConfig, index: int) -> str:
     """Replica ``index``'s label on the page: its address as Envoy has it (in-pod: the pod's)."""
     return triton_replica(config, index).address
-
-
-async def scale(config: StackConfig, replicas: int) -> None:
-    """``make scale SERVICE=triton REPLICAS=n`` with this stack's configuration."""
-    proc = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-m", "inferline_stack", "scale"),
-        *("--service", TRITON, "--replicas", str(replicas)),
-        env={**os.environ, **config.environ()},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), SCALE_WAIT_S)
-    text = out.decode(errors="replace")
-    print(text)
-    assert proc.returncode == 0, text
 
 
 async def answering(url: str) -> bool:
@@ -157,7 +141,7 @@ async def test_the_web_view_shows_a_second_replica_after_a_scale_up(
             note = await page.text_content("#replica-note") or ""
             assert "unavailable" not in note and "share of Triton requests" in note, note
             try:
-                await scale(stack, 2)
+                await stack_cli.scale(stack, TRITON, 2)
                 line = f'{replica_lines}[data-replica="{second}"]'
                 await page.wait_for_function(
                     "(selector) => Number(document.querySelector(selector)?.dataset.last) > 0",
@@ -177,7 +161,7 @@ async def test_the_web_view_shows_a_second_replica_after_a_scale_up(
                 await page.screenshot(path=str(SCREENSHOT), full_page=True)
                 print(f"web view screenshot: {SCREENSHOT}")
             finally:
-                await scale(stack, 1)
+                await stack_cli.scale(stack, TRITON, 1)
         finally:
             await browser.close()
     assert page_errors == []
