@@ -16,15 +16,9 @@ import numpy.typing as npt
 from tritonclient.grpc import service_pb2
 
 from inferline import kserve
+from inferline.described import VERSION
 from inferline.errors import invalid
-from middleman.models import (
-    FRAME_INDEX,
-    OUTPUT,
-    TIMESTAMP,
-    VERSION,
-    VIDEO_MODEL,
-    VIDEO_OUTPUTS,
-)
+from middleman.models import FRAME_INDEX, OUTPUT, TIMESTAMP, VIDEO_MODEL, VIDEO_OUTPUTS
 
 Counts = dict[str, int]  # output name -> class_count (0: the probabilities themselves)
 

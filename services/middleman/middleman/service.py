@@ -27,7 +27,7 @@ from inferline.servicer import Context, KServeServicer
 from middleman import inputs, outputs
 from middleman.budget import Budget, Expired
 from middleman.classifiers import Classifier, Classifiers
-from middleman.models import VIDEO_MODEL, model_config, model_metadata
+from middleman.models import VIDEO_MODEL, describe
 from middleman.pipeline import Preprocessor, TritonUpstream, check_sizes
 from middleman.video import Video, VideoClassifier
 
@@ -102,13 +102,13 @@ class ClassifierService(KServeServicer):
     def metadata(self, name: str, version: str = "") -> service_pb2.ModelMetadataResponse:
         """Model ``name``'s metadata, as Triton describes a model (NOT_FOUND when not served)."""
         self.check_model(name, version)
-        return model_metadata(name, len(self.classifier(name).labels))
+        return describe(name, len(self.classifier(name).labels), self.max_batch).metadata()
 
     def config(self, name: str, version: str = "") -> service_pb2.ModelConfigResponse:
         """Model ``name``'s configuration, as Triton's ``ModelConfig`` answers."""
         self.check_model(name, version)
-        classes = len(self.classifier(name).labels)
-        return service_pb2.ModelConfigResponse(config=model_config(name, classes, self.max_batch))
+        model = describe(name, len(self.classifier(name).labels), self.max_batch)
+        return service_pb2.ModelConfigResponse(config=model.config())
 
     @grpc_boundary
     async def ModelMetadata(

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from tritonclient.grpc import model_config_pb2
 
-from middleman.models import MODEL, VIDEO_MODEL, model_config, model_metadata
+from middleman.models import MODEL, VIDEO_MODEL, describe
 
 MODELS = (MODEL, "efficientnet_lite2", VIDEO_MODEL)
 
@@ -30,8 +30,8 @@ def described(tensors: Iterable[Any], batched: bool) -> list[tuple[str, str, lis
 
 @pytest.mark.parametrize("model", MODELS)
 def test_metadata_and_config_name_the_same_outputs(model: str) -> None:
-    config = model_config(model, CLASSES, MAX_BATCH)
-    metadata = model_metadata(model, CLASSES)
+    config = describe(model, CLASSES, MAX_BATCH).config()
+    metadata = describe(model, CLASSES, MAX_BATCH).metadata()
     assert config.name == metadata.name == model
     assert metadata.versions == ["1"]
     outputs = [(t.name, t.datatype, list(t.shape)) for t in metadata.outputs]
@@ -41,15 +41,15 @@ def test_metadata_and_config_name_the_same_outputs(model: str) -> None:
 
 
 def test_the_classifier_batches_up_to_max_batch_with_one_score_per_label() -> None:
-    config = model_config("classifier", CLASSES, MAX_BATCH)
+    config = describe("classifier", CLASSES, MAX_BATCH).config()
     assert config.max_batch_size == MAX_BATCH
     assert [list(t.dims) for t in config.output] == [[CLASSES]]
     assert not config.model_transaction_policy.decoupled
 
 
 def test_the_video_model_is_decoupled_and_unbatched_with_one_frame_per_response() -> None:
-    config = model_config(VIDEO_MODEL, CLASSES, MAX_BATCH)
-    metadata = model_metadata(VIDEO_MODEL, CLASSES)
+    config = describe(VIDEO_MODEL, CLASSES, MAX_BATCH).config()
+    metadata = describe(VIDEO_MODEL, CLASSES, MAX_BATCH).metadata()
     assert config.max_batch_size == 0 and config.model_transaction_policy.decoupled
     inputs = [(t.name, t.datatype, list(t.shape)) for t in metadata.inputs]
     assert inputs == described(config.input, batched=False) == [("VIDEO", "BYTES", [1])]
