@@ -16,13 +16,12 @@ what to send instead: a chunk with no open sequence, a second ``sequence_start``
 open, another ``sequence_id`` mid-sequence, or the stream ending before ``sequence_end``
 (:class:`IncompleteSequence`, which a server that needed no more of the video may ignore).
 
-:func:`spooled` writes a video's chunks into an :class:`~inferline.imaging.upload.UploadStream`
-while its caller decodes it.
+:func:`spooled` spools a video's chunks (:func:`inferline.imaging.upload.spooling`) while its
+caller decodes it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -32,8 +31,7 @@ import grpc
 from tritonclient.grpc import service_pb2
 
 from inferline.errors import InferError, invalid
-from inferline.imaging.streaming import spool
-from inferline.imaging.upload import UploadStream
+from inferline.imaging.upload import Spool, spooling
 
 SEQUENCE_PARAMETERS = ("sequence_id", "sequence_start", "sequence_end")
 SIZE_PARAMETER = "video_bytes"
@@ -174,30 +172,20 @@ async def data(video: ChunkedVideo) -> AsyncIterator[bytes]:
         yield chunk.data
 
 
-def spool_failed(exc: OSError) -> InferError:
-    """The spool's disk failed (full, or no TMPDIR): RESOURCE_EXHAUSTED, saying where."""
-    return InferError(
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        f"video: cannot spool the upload to a temporary file (TMPDIR): {exc}",
-    )
-
-
 @contextlib.asynccontextmanager
-async def spooled(video: ChunkedVideo, upload: UploadStream) -> AsyncIterator[None]:
-    """Spool ``video`` into ``upload`` as it arrives while the body decodes it (a failure of the
-    upload reaches the decoder through ``upload.check()``). When the body is done, ``upload``
-    is released and the rest of the sequence is read, checked and dropped, so the stream can
-    carry another video; a stream that ends before ``sequence_end`` is fine then, since
-    nothing more was needed. If the body fails, the spool is cancelled."""
-    feeding = asyncio.create_task(spool(data(video), upload))
+async def spooled(video: ChunkedVideo, max_bytes: int) -> AsyncIterator[Spool]:
+    """``video`` spooled to disk (at most ``max_bytes``) as it arrives, while the body decodes
+    it. When the body is done, the rest of the sequence is read, checked and dropped, so the
+    stream can carry another video; a stream that ends before ``sequence_end`` is fine then,
+    since nothing more was needed. The disk failing (full, or no TMPDIR) is RESOURCE_EXHAUSTED,
+    saying where. Raises DecodeError when the length the sender stated is over ``max_bytes``."""
     try:
-        yield
-        upload.release()
-        with contextlib.suppress(IncompleteSequence):
-            await feeding
-    finally:
-        upload.release()
-        if not feeding.done():
-            feeding.cancel()
-        elif not feeding.cancelled():
-            feeding.exception()  # raised already, through the upload: retrieved here
+        async with spooling(
+            data(video), max_bytes, video.size, unneeded=(IncompleteSequence,)
+        ) as spool:
+            yield spool
+    except OSError as exc:
+        raise InferError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"video: cannot spool the upload to a temporary file (TMPDIR): {exc}",
+        ) from None

@@ -12,8 +12,7 @@ from typing import TypeVar
 import pytest
 
 from inferline.imaging.decode import DecodeError
-from inferline.imaging.streaming import spool
-from inferline.imaging.upload import UploadStream
+from inferline.imaging.upload import UploadStream, spool
 from inferline_testing.waits import wait_for_state
 
 T = TypeVar("T")

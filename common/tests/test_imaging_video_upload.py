@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from inferline.imaging.decode import DecodeError, Geometry
-from inferline.imaging.streaming import read_as_decoded, read_chunks, spool
-from inferline.imaging.upload import UploadStream
+from inferline.imaging.streaming import read_as_decoded, read_chunks
+from inferline.imaging.upload import UploadStream, spool
 from inferline.imaging.video import CpuVideoReader, FrameChunk, Sampling, VideoLimits
 from inferline_testing import media
 from inferline_testing.waits import wait_for_state

@@ -1,11 +1,10 @@
-"""A video reader's chunks off the event loop, and an upload spooled as its chunks arrive.
+"""A video reader's chunks off the event loop.
 
 * :func:`read_chunks`: a whole video's chunks, each decoded on a worker thread while the
   caller handles the one before;
 * :func:`read_as_decoded`: a video still arriving, decoded without pause on a thread of its
   own; the caller takes what has been decoded whenever it is ready (a chunk's worth when it is
-  the slower, a single frame as soon as one is there when decoding waits for the sender);
-* :func:`spool`: an upload written from its chunks as they arrive.
+  the slower, a single frame as soon as one is there when decoding waits for the sender).
 """
 
 from __future__ import annotations
@@ -15,13 +14,12 @@ import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterable
+from collections.abc import AsyncGenerator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import numpy as np
 
-from inferline.imaging.upload import UploadStream
 from inferline.imaging.video import FrameChunk, VideoHeader
 
 
@@ -174,17 +172,3 @@ def _merge(taken: list[tuple[FrameChunk, float]]) -> tuple[FrameChunk, float]:
         np.concatenate([c.tensors for c in chunks]),
     )
     return merged, sum(seconds for _, seconds in taken)
-
-
-async def spool(chunks: AsyncIterable[bytes], upload: UploadStream) -> None:
-    """Write ``chunks`` into ``upload`` as they arrive (each write waits for the upload's window,
-    so the sender is slowed to the decoder's pace), then finish it. Once the reader is done
-    (``upload.release()``) what still arrives is read and dropped. A failure fails the upload,
-    so its reader raises it too, and is raised here."""
-    try:
-        async for chunk in chunks:
-            await upload.append(chunk)
-        upload.finish()
-    except BaseException as exc:
-        upload.fail(exc)
-        raise

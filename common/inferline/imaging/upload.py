@@ -35,6 +35,9 @@ import io
 import os
 import tempfile
 import threading
+from collections.abc import AsyncIterable, AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from inferline.imaging.decode import DecodeError
 
@@ -310,3 +313,57 @@ class UploadStream(io.BufferedIOBase):
     def close(self) -> None:
         self.release()
         super().close()
+
+
+async def spool(chunks: AsyncIterable[bytes], upload: UploadStream) -> None:
+    """Write ``chunks`` into ``upload`` as they arrive (each write waits for the upload's window,
+    so the sender is slowed to the decoder's pace), then finish it. Once the reader is done
+    (``upload.release()``) what still arrives is read and dropped. A failure fails the upload,
+    so its reader raises it too, and is raised here."""
+    try:
+        async for chunk in chunks:
+            await upload.append(chunk)
+        upload.finish()
+    except BaseException as exc:
+        upload.fail(exc)
+        raise
+
+
+@dataclass(frozen=True)
+class Spool:
+    """An upload spooling while it is decoded: the decoder reads ``stream`` on ``executor``'s
+    one thread. Its reads wait for the sender: a thread of its own, never one others need."""
+
+    stream: UploadStream
+    executor: ThreadPoolExecutor
+
+
+@contextlib.asynccontextmanager
+async def spooling(
+    chunks: AsyncIterable[bytes],
+    max_bytes: int,
+    size: int | None = None,
+    *,
+    unneeded: tuple[type[BaseException], ...] = (),
+) -> AsyncIterator[Spool]:
+    """Spool ``chunks`` into a new :class:`UploadStream` (capped at ``max_bytes``, of the
+    ``size`` its sender stated) as they arrive, while the body decodes it (a failure of the
+    chunks reaches the decoder through ``stream.check()``). When the body is done the stream is
+    released and the rest of ``chunks`` is read and dropped; ``unneeded`` failures of that rest
+    are ignored (nothing more was needed). If the body fails, the spool is cancelled. Raises
+    DecodeError at once when ``size`` is over ``max_bytes``; OSError when the disk fails."""
+    upload = UploadStream(max_bytes, size=size)
+    executor = ThreadPoolExecutor(1, thread_name_prefix="video-upload")
+    feeding = asyncio.create_task(spool(chunks, upload))
+    try:
+        yield Spool(upload, executor)
+        upload.release()
+        with contextlib.suppress(*unneeded):
+            await feeding
+    finally:
+        upload.release()
+        if not feeding.done():
+            feeding.cancel()
+        elif not feeding.cancelled():
+            feeding.exception()  # raised already, through the upload: retrieved here
+        executor.shutdown(wait=False)

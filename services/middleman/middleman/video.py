@@ -41,7 +41,6 @@ from inferline.sequence import (
     Chunk,
     ChunkedVideo,
     IncompleteSequence,
-    spool_failed,
     spooled,
 )
 from inferline.server import channel_options
@@ -137,20 +136,14 @@ class InProcessFrames:
                 await frames.aclose()
             return
         try:
-            upload = UploadStream(self.limits.max_stream_bytes, size=video.size)
-        except DecodeError as exc:
+            async with spooled(video, self.limits.max_stream_bytes) as spool:
+                frames = self._decoded(spool.stream, sampling, spool.executor, as_decoded=True)
+                try:
+                    yield frames
+                finally:
+                    await frames.aclose()
+        except DecodeError as exc:  # the length its sender stated is over the cap
             raise invalid(f"video: {exc}") from None
-        # Its reads wait for the sender: a thread of its own, never one the others need.
-        executor = ThreadPoolExecutor(1, thread_name_prefix="video-upload")
-        frames = self._decoded(upload, sampling, executor, as_decoded=True)
-        try:
-            async with spooled(video, upload):
-                yield frames
-        except OSError as exc:  # the spool's disk
-            raise spool_failed(exc) from None
-        finally:
-            await frames.aclose()
-            executor.shutdown(wait=False)
 
     async def _decoded(
         self,

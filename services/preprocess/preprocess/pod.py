@@ -24,6 +24,7 @@ import grpc
 from tritonclient.grpc import service_pb2
 
 from inferline import kserve, preprocessing
+from inferline.described import VERSION
 from inferline.errors import InferError, from_upstream, grpc_boundary
 from inferline.imaging.video import FrameChunk
 from inferline.server import RunningServer
@@ -31,7 +32,8 @@ from inferline.servicer import Context
 from preprocess import metrics
 from preprocess.geometries import Decoders
 from preprocess.local_triton import LocalTriton, ModelSpec
-from preprocess.service import IMAGE_HINT, MODELS, VIDEO_MODEL, PreprocessService, ServiceSettings
+from preprocess.models import IMAGE_HINT, MODELS
+from preprocess.service import PreprocessService, ServiceSettings, counted
 from preprocess.shm import NoSlot
 
 logger = logging.getLogger(__name__)
@@ -182,10 +184,8 @@ class PodService(PreprocessService):
                 f"{preprocessing.INFER_MODEL!r} must be a model name",
             )
         spec = await self.triton.spec(model, "", None)
-        async with contextlib.aclosing(decoded):  # stops decoding when the caller does
-            async for chunk, seconds in decoded:
-                metrics.DECODE_SECONDS.labels(backend, "video").observe(seconds)
-                metrics.FRAMES.labels(backend).inc(len(chunk))
+        async with contextlib.aclosing(counted(decoded, backend)) as chunks:
+            async for chunk in chunks:
                 for start in range(0, len(chunk), spec.max_batch):
                     part = slice(start, start + spec.max_batch)
                     yield await self._frames_inferred(request, spec, chunk, part)
@@ -212,7 +212,7 @@ class PodService(PreprocessService):
             tensor.parameters["shared_memory_byte_size"].int64_param = frames.nbytes
             response = await self.triton.infer(upstream, slot, None)
         metrics.SHM_BYTES.inc(frames.nbytes)
-        response.model_name, response.model_version = VIDEO_MODEL, "1"
+        response.model_name, response.model_version = preprocessing.VIDEO_MODEL, VERSION
         kserve.add_output(response, preprocessing.FRAME_INDEX, chunk.indices[part])
         kserve.add_output(response, preprocessing.TIMESTAMP, chunk.timestamps[part])
         response.parameters[preprocessing.FINAL_RESPONSE].bool_param = False

@@ -1,14 +1,12 @@
-"""The thin gRPC layer: KServe v2 models ``preprocess`` (images) and ``preprocess_video`` (stream).
+"""The thin gRPC layer: KServe v2 models ``preprocess`` (images) and ``preprocess_video`` (stream),
+described in :mod:`preprocess.models`.
 
-``preprocess``: ``IMAGE`` BYTES ``[N]`` -> ``TENSOR`` UINT8 ``[N, 3, crop, crop]`` and ``ERRORS``
-BYTES ``[N]`` (empty for a good image, the reason for a bad one; its ``TENSOR`` row is zeros).
+``preprocess``: a bad image's ``ERRORS`` element is the reason, its ``TENSOR`` row zeros.
 
-``preprocess_video`` (``ModelStreamInfer``): ``VIDEO`` BYTES ``[1]`` -> responses of up to
-``video_chunk_frames`` frames each: ``TENSOR`` UINT8 ``[k, 3, crop, crop]``, ``FRAME_INDEX``
-INT64 ``[k]``, ``TIMESTAMP`` FP64 ``[k]`` (seconds), then an empty response whose parameter
-``triton_final_response`` is true (Triton's decoupled-model convention). Request parameters
-``every_n`` / ``fps`` / ``max_frames`` choose the sampling. A refused video ends the stream
-with INVALID_ARGUMENT.
+``preprocess_video`` (``ModelStreamInfer``): responses of up to ``video_chunk_frames`` frames
+each, then an empty response whose parameter ``triton_final_response`` is true (Triton's
+decoupled-model convention). Request parameters ``every_n`` / ``fps`` / ``max_frames`` choose
+the sampling. A refused video ends the stream with INVALID_ARGUMENT.
 
 A video may also come in chunks, one request each, with the sequence parameters of
 :mod:`inferline.sequence` (sampling, geometry and outputs on the first chunk): it is spooled to a
@@ -34,30 +32,34 @@ from typing import Any
 import grpc
 import numpy as np
 import numpy.typing as npt
-from tritonclient.grpc import model_config_pb2, service_pb2
+from tritonclient.grpc import service_pb2
 
 from inferline import kserve
 from inferline.admission import Admission, Overloaded, Ticket
+from inferline.described import VERSION, Model
 from inferline.errors import InferError, grpc_boundary, grpc_stream_boundary, invalid
 from inferline.imaging.decode import DecodeError, Geometry
 from inferline.imaging.streaming import read_as_decoded, read_chunks
-from inferline.imaging.upload import UploadStream
+from inferline.imaging.upload import Spool
 from inferline.imaging.video import FrameChunk, Sampling
-from inferline.sequence import ChunkedVideo, chunked, spool_failed, spooled
+from inferline.preprocessing import (
+    ERRORS,
+    FINAL_RESPONSE,
+    FRAME_INDEX,
+    MODEL,
+    TENSOR,
+    TIMESTAMP,
+    VIDEO,
+    VIDEO_MODEL,
+)
+from inferline.sequence import ChunkedVideo, chunked, spooled
 from inferline.servicer import Context, KServeServicer
 from preprocess import geometries, metrics
 from preprocess.backends import ImageBackend, VideoBackend
 from preprocess.geometries import Decoders, TooManyGeometries
+from preprocess.models import IMAGE_HINT, MODELS, VIDEO_HINT, describe, image_model, video_model
 
 logger = logging.getLogger(__name__)
-
-MODEL = "preprocess"
-VIDEO_MODEL = "preprocess_video"
-MODELS = (MODEL, VIDEO_MODEL)
-IMAGE_HINT = "BYTES [N, 1] or [N], each element one encoded JPEG, PNG, WebP, BMP or GIF file"
-VIDEO_HINT = "BYTES [1], one whole mp4, mkv or webm file, or its next chunk"
-IMAGE_OUTPUTS = ("TENSOR", "ERRORS")
-VIDEO_OUTPUTS = ("TENSOR", "FRAME_INDEX", "TIMESTAMP")
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,9 @@ class PreprocessService(KServeServicer):
     def __init__(self, decoders: Decoders, settings: ServiceSettings) -> None:
         self.decoders, self.settings = decoders, settings
         self.executor = ThreadPoolExecutor(settings.video_threads, thread_name_prefix="video")
+        crop = decoders.default.crop
+        self.image_outputs = image_model(crop, settings.max_batch).output_names
+        self.video_outputs = video_model(crop).output_names
 
     async def backends(
         self, request: service_pb2.ModelInferRequest
@@ -102,57 +107,17 @@ class PreprocessService(KServeServicer):
         self, request: service_pb2.ModelMetadataRequest, context: Context
     ) -> service_pb2.ModelMetadataResponse:
         self.check_model(request.name, request.version)
-        tensor = service_pb2.ModelMetadataResponse.TensorMetadata
-        crop = self.decoders.default.crop
-        frames = tensor(name="TENSOR", datatype="UINT8", shape=[-1, 3, crop, crop])
-        if request.name == MODEL:
-            inputs = [tensor(name="IMAGE", datatype="BYTES", shape=[-1, 1])]  # config: dims [1]
-            outputs = [frames, tensor(name="ERRORS", datatype="BYTES", shape=[-1])]
-        else:
-            inputs = [tensor(name="VIDEO", datatype="BYTES", shape=[1])]
-            outputs = [
-                frames,
-                tensor(name="FRAME_INDEX", datatype="INT64", shape=[-1]),
-                tensor(name="TIMESTAMP", datatype="FP64", shape=[-1]),
-            ]
-        return service_pb2.ModelMetadataResponse(
-            name=request.name, versions=["1"], platform="inferline", inputs=inputs, outputs=outputs
-        )
+        return self._described(request.name).metadata()
 
     @grpc_boundary
     async def ModelConfig(
         self, request: service_pb2.ModelConfigRequest, context: Context
     ) -> service_pb2.ModelConfigResponse:
         self.check_model(request.name, request.version)
-        crop = self.decoders.default.crop
-        mc = model_config_pb2
-        if request.name == MODEL:
-            config = mc.ModelConfig(
-                name=MODEL,
-                platform="inferline",
-                max_batch_size=self.settings.max_batch,
-                input=[mc.ModelInput(name="IMAGE", data_type=mc.TYPE_STRING, dims=[1])],
-                output=[
-                    mc.ModelOutput(name="TENSOR", data_type=mc.TYPE_UINT8, dims=[3, crop, crop]),
-                    mc.ModelOutput(name="ERRORS", data_type=mc.TYPE_STRING, dims=[1]),
-                ],
-            )
-        else:
-            config = mc.ModelConfig(
-                name=VIDEO_MODEL,
-                platform="inferline",
-                max_batch_size=0,
-                input=[mc.ModelInput(name="VIDEO", data_type=mc.TYPE_STRING, dims=[1])],
-                output=[
-                    mc.ModelOutput(
-                        name="TENSOR", data_type=mc.TYPE_UINT8, dims=[-1, 3, crop, crop]
-                    ),
-                    mc.ModelOutput(name="FRAME_INDEX", data_type=mc.TYPE_INT64, dims=[-1]),
-                    mc.ModelOutput(name="TIMESTAMP", data_type=mc.TYPE_FP64, dims=[-1]),
-                ],
-                model_transaction_policy=mc.ModelTransactionPolicy(decoupled=True),
-            )
-        return service_pb2.ModelConfigResponse(config=config)
+        return service_pb2.ModelConfigResponse(config=self._described(request.name).config())
+
+    def _described(self, name: str) -> Model:
+        return describe(name, self.decoders.default.crop, self.settings.max_batch)
 
     # -- images -------------------------------------------------------------------------------
 
@@ -163,7 +128,7 @@ class PreprocessService(KServeServicer):
         self.check_model(request.model_name, request.model_version)
         if request.model_name == VIDEO_MODEL:
             raise invalid(f"model {VIDEO_MODEL!r} streams its frames: call ModelStreamInfer")
-        wanted = _requested(request, IMAGE_OUTPUTS)
+        wanted = _requested(request, self.image_outputs)
         items = kserve.find_batch(request, "IMAGE", IMAGE_HINT, self.settings.max_batch)
         _, images, _ = await self.backends(request)
         with self._admitted(sum(map(len, items)), context, "image"):
@@ -173,12 +138,12 @@ class PreprocessService(KServeServicer):
         metrics.DECODE_SECONDS.labels(backend, "image").observe(time.perf_counter() - start)
 
         response = service_pb2.ModelInferResponse(
-            model_name=MODEL, model_version="1", id=request.id
+            model_name=MODEL, model_version=VERSION, id=request.id
         )
         messages = [b"" if e is None else str(e).encode() for e in decoded.errors]
         outputs: dict[str, npt.NDArray[Any]] = {
-            "TENSOR": decoded.tensors,
-            "ERRORS": np.array(messages, dtype=np.object_),
+            TENSOR: decoded.tensors,
+            ERRORS: np.array(messages, dtype=np.object_),
         }
         for name in wanted:
             kserve.add_output(response, name, outputs[name])
@@ -240,9 +205,9 @@ class PreprocessService(KServeServicer):
         self.check_model(request.model_name, request.model_version)
         if request.model_name != VIDEO_MODEL:
             raise invalid(f"model {request.model_name!r} is not streamed: call ModelInfer")
-        video = kserve.find_input(request, "VIDEO", "BYTES", VIDEO_HINT)
+        video = kserve.find_input(request, VIDEO, "BYTES", VIDEO_HINT)
         if video.shape != (1,):
-            raise invalid(f"input 'VIDEO' must have shape [1]; got {list(video.shape)}")
+            raise invalid(f"input {VIDEO!r} must have shape [1]; got {list(video.shape)}")
         return bytes(video[0])
 
     def _sampling(self, request: service_pb2.ModelInferRequest) -> Sampling:
@@ -257,7 +222,7 @@ class PreprocessService(KServeServicer):
         self, request: service_pb2.ModelInferRequest, context: Context
     ) -> AsyncIterator[service_pb2.ModelInferResponse]:
         data = self._video_bytes(request)
-        wanted = _requested(request, VIDEO_OUTPUTS)
+        wanted = _requested(request, self.video_outputs)
         sampling = self._sampling(request)
         geometry, _, backends = await self.backends(request)
         loop = asyncio.get_running_loop()
@@ -272,48 +237,38 @@ class PreprocessService(KServeServicer):
                 async for chunk in self._responses(request, decoded, wanted, backend):
                     yield chunk
             except DecodeError as exc:
-                metrics.ERRORS.labels(backend, "video", exc.kind).inc()
-                raise invalid(f"video: {exc}") from None
+                raise _refused(exc, backend) from None
         yield self._chunk_response(request, self._no_frames(geometry.crop), wanted, final=True)
 
     async def _video_upload(
         self, first: service_pb2.ModelInferRequest, video: ChunkedVideo, context: Context
     ) -> AsyncIterator[service_pb2.ModelInferResponse]:
         """A video in chunks: spooled as it arrives, decoded while it does."""
-        wanted = _requested(first, VIDEO_OUTPUTS)
+        wanted = _requested(first, self.video_outputs)
         sampling = self._sampling(first)
         geometry, _, backends = await self.backends(first)
         backend = "opencv"  # whatever the image backend: DALI takes whole files only
-        try:
-            upload = UploadStream(self.settings.max_stream_bytes, size=video.size)
-        except DecodeError as exc:
-            metrics.ERRORS.labels(backend, "video", exc.kind).inc()
-            raise invalid(f"video: {exc}") from None
-        # Its reads wait for the sender: a thread of its own, never one the others need.
-        executor = ThreadPoolExecutor(1, thread_name_prefix="video-upload")
         loop = asyncio.get_running_loop()
+        spool: Spool | None = None
         try:
-            async with spooled(video, upload):
+            async with spooled(video, self.settings.max_stream_bytes) as spool:
                 with self._admitted(0, context, "video"):
                     reader = await loop.run_in_executor(
-                        executor, backends.open_stream, upload, sampling
+                        spool.executor, backends.open_stream, spool.stream, sampling
                     )
                     logger.debug("video %r in chunks: %s, %s", video.id, reader.header, sampling)
                     limit = self.settings.video_chunk
-                    decoded = read_as_decoded(reader, executor, limit)
+                    decoded = read_as_decoded(reader, spool.executor, limit)
                     async for chunk in self._responses(first, decoded, wanted, backend):
                         yield chunk
-                upload.release()  # decoded: what still arrives is read and dropped
+                spool.stream.release()  # decoded: what still arrives is read and dropped
                 crop = geometry.crop
                 yield self._chunk_response(first, self._no_frames(crop), wanted, final=True)
         except DecodeError as exc:
-            metrics.ERRORS.labels(backend, "video", exc.kind).inc()
-            raise invalid(f"video: {exc}") from None
-        except OSError as exc:  # the spool's disk
-            raise spool_failed(exc) from None
+            raise _refused(exc, backend) from None
         finally:
-            executor.shutdown(wait=False)
-            metrics.BYTES_IN.labels(backend, "video").inc(upload.written)
+            if spool is not None:
+                metrics.BYTES_IN.labels(backend, "video").inc(spool.stream.written)
 
     async def _responses(
         self,
@@ -323,10 +278,8 @@ class PreprocessService(KServeServicer):
         backend: str,
     ) -> AsyncIterator[service_pb2.ModelInferResponse]:
         """A response for each chunk of sampled frames, as each is decoded."""
-        async with contextlib.aclosing(decoded):  # stops decoding when the caller does
-            async for chunk, seconds in decoded:
-                metrics.DECODE_SECONDS.labels(backend, "video").observe(seconds)
-                metrics.FRAMES.labels(backend).inc(len(chunk))
+        async with contextlib.aclosing(counted(decoded, backend)) as chunks:
+            async for chunk in chunks:
                 metrics.BYTES_OUT.labels(backend, "video").inc(chunk.tensors.nbytes)
                 yield self._chunk_response(request, chunk, wanted, final=False)
 
@@ -344,17 +297,35 @@ class PreprocessService(KServeServicer):
         final: bool,
     ) -> service_pb2.ModelInferResponse:
         response = service_pb2.ModelInferResponse(
-            model_name=VIDEO_MODEL, model_version="1", id=request.id
+            model_name=VIDEO_MODEL, model_version=VERSION, id=request.id
         )
         outputs: dict[str, npt.NDArray[Any]] = {
-            "TENSOR": chunk.tensors,
-            "FRAME_INDEX": chunk.indices,
-            "TIMESTAMP": chunk.timestamps,
+            TENSOR: chunk.tensors,
+            FRAME_INDEX: chunk.indices,
+            TIMESTAMP: chunk.timestamps,
         }
         for name in wanted:
             kserve.add_output(response, name, outputs[name])
-        response.parameters["triton_final_response"].bool_param = final
+        response.parameters[FINAL_RESPONSE].bool_param = final
         return response
+
+
+async def counted(
+    decoded: AsyncGenerator[tuple[FrameChunk, float], None], backend: str
+) -> AsyncGenerator[FrameChunk, None]:
+    """``decoded``'s chunks, their decoding time and frames counted; stops decoding when the
+    caller does."""
+    async with contextlib.aclosing(decoded):
+        async for chunk, seconds in decoded:
+            metrics.DECODE_SECONDS.labels(backend, "video").observe(seconds)
+            metrics.FRAMES.labels(backend).inc(len(chunk))
+            yield chunk
+
+
+def _refused(exc: DecodeError, backend: str) -> InferError:
+    """A refused video: counted by its kind, INVALID_ARGUMENT saying why."""
+    metrics.ERRORS.labels(backend, "video", exc.kind).inc()
+    return invalid(f"video: {exc}")
 
 
 def _requested(request: service_pb2.ModelInferRequest, names: tuple[str, ...]) -> list[str]:
