@@ -21,7 +21,7 @@ FUZZ_SECONDS ?= 60
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup certs model up down status scale demo demo-web grafana images deploy undeploy verify-cluster k8s-envoy checkov test fuzz lint check-packages format bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload soak clean
+.PHONY: help setup certs model up down status scale demo demo-web grafana images deploy undeploy verify-cluster k8s-envoy checkov test fuzz lint check-packages format docs bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload soak clean
 
 help: ## list the targets
 	@echo "inferline — scale-out inference pipeline (see README.md)"
@@ -149,6 +149,9 @@ check-packages: setup ## install each deployable alone into a fresh venv and sta
 format: setup ## apply ruff's formatting and safe fixes
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
+
+docs: setup ## regenerate docs/configuration.md's tables from the services' Config classes (a test checks they are current)
+	$(PY) -m tools.configref
 
 bench: bench-pipeline bench-e2e bench-preprocess bench-eds bench-batcher bench-overload ## every benchmark
 

@@ -24,13 +24,16 @@ from __future__ import annotations
 
 MiB = 1024 * 1024
 
+# A client's request, at most (middleman's public limit).
 MAX_MESSAGE_BYTES = 64 * MiB
 FRAMING_BYTES = 64 * 1024  # room for one hop's own fields around the same payload
+# What inner hops (preprocess, the batcher, every channel) accept: the same bytes, their framing.
 INNER_MESSAGE_BYTES = MAX_MESSAGE_BYTES + FRAMING_BYTES
 # One encoded image. 200 MP phone JPEGs are 20-55 MB (Galaxy S23 Ultra 21-37 MB, Xiaomi 12T Pro
 # ~55 MB), full-frame cameras' finest JPEGs 20-40 MB: 60 MiB takes them all, one to a request.
 MAX_IMAGE_BYTES = 60 * MiB
 
+# What one middleman serves at once, at most: requests, and their encoded bytes.
 ADMITTED_REQUESTS = 256
 ADMITTED_BYTES = 256 * MiB
 # Below this many requests in flight middleman admits without consulting its throughput
@@ -39,8 +42,10 @@ ADMISSION_FLOOR_REQUESTS = 32
 DEFAULT_DEADLINE_S = 30.0  # what a request without a deadline gets
 
 FAN_IN = 5  # middleman replicas per batcher (and per preprocess) replica, at most
+# The batcher's queue per model: what FAN_IN middlemen admit; its bytes, a memory guard.
 BATCHER_QUEUE_REQUESTS = ADMITTED_REQUESTS * FAN_IN
 BATCHER_QUEUE_BYTES = 512 * MiB
+# preprocess's requests decoding at once: what FAN_IN middlemen admit; their bytes, a guard.
 PREPROCESS_INFLIGHT_REQUESTS = ADMITTED_REQUESTS * FAN_IN
 PREPROCESS_INFLIGHT_BYTES = 512 * MiB
 

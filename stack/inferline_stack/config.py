@@ -28,8 +28,8 @@ CLUSTERS = (*SERVICES, MIDDLEMAN_REST)
 # Replica i listens on base + step * i. Triton's 8001 + 10 * 8 would reach Envoy's 8081.
 REPLICA_STEP = {TRITON: 10, BATCHER: 100, PREPROCESS: 100, MIDDLEMAN: 100}
 MAX_REPLICAS = 8
-# Where images are decoded (docs/architecture.md, Placements): beside each Triton (its GPU pod), at the
-# preprocess service pool, or in middleman.
+# Where images are decoded (docs/architecture.md, Placements): beside each Triton (its GPU
+# pod), at the preprocess service pool, or in middleman.
 IN_POD, REMOTE, IN_PROCESS = "in-pod", "remote", "in-process"
 PLACEMENTS = (IN_POD, REMOTE, IN_PROCESS)
 EVERY = "*"  # StackConfig.models: every classifier in the model repository
@@ -59,65 +59,77 @@ REPLICA_PORT_FIELDS = {
 
 @dataclass(frozen=True)
 class StackConfig:
+    # The run folder: pids, logs/, endpoints.yaml, envoy.yaml.
     run_dir: str = ".run"
+    # The model repository / Triton's default model, served as `classifier`: efficientnet_lite0
+    # (the real one) or simulated_gpu (a simulated GPU for scale-out on machines without GPUs;
+    # its answers are not a real classification).
     model_repository: str = "build/model_repository"
-    # Triton's default model, served as `classifier`: efficientnet_lite0 (the real one) or
-    # simulated_gpu (a simulated GPU for scale-out on machines without GPUs; its answers are
-    # not a real classification).
     model: str = "efficientnet_lite0"
     # Models served beside it, each under its own name: "*" every classifier in the model
-    # repository (none beside the simulated GPU), or a comma-separated list ("" none).
+    # repository (none beside the simulated GPU), or a comma-separated list ("" none); Triton
+    # serves them and middleman answers for each by name.
     models: str = "*"
     # More flags for every Triton replica (``python -m inferline_models.triton --help``), e.g.
-    # "--simulated-t0-ms 100" for a slower simulated GPU.
+    # "--simulated-t0-ms 40" for a slower simulated GPU.
     triton_args: str = ""
-    # Envoy: the public endpoint (to middleman) and one listener per hop behind it.
+    # Envoy: the public endpoint (to middleman) and one listener per hop behind it: preprocess,
+    # batcher, Triton.
     public_port: int = 8080
     preprocess_listener_port: int = 8081
     batcher_listener_port: int = 8082
     triton_listener_port: int = 8083
-    envoy_admin_port: int = 9901
-    # Envoy's worker threads; 0: a quarter of the cores, at least one.
+    envoy_admin_port: int = 9901  # Envoy's admin: /clusters, /stats/prometheus, /ready
+    # Envoy's worker threads (its --concurrency); 0: a quarter of the cores, at least one.
     envoy_workers: int = 0
-    # The services themselves (replica 0), where Envoy sends what it balances.
+    # The services themselves (replica 0), where Envoy sends what it balances; replica i of
+    # middleman, preprocess or the batcher uses these + 100 i. middleman: gRPC, /metrics, and
+    # KServe v2 HTTP/REST (behind Envoy's public listener too).
     middleman_port: int = 8090
     middleman_metrics_port: int = 9180
-    middleman_rest_port: int = 8093  # KServe v2 HTTP/REST, behind Envoy's public listener too
+    middleman_rest_port: int = 8093
+    # preprocess (the remote placement's pool): gRPC, /metrics.
     preprocess_port: int = 8091
     preprocess_metrics_port: int = 9181
+    # The batcher: gRPC, /metrics.
     batcher_port: int = 8092
     batcher_metrics_port: int = 9182
+    # Triton replica 0: gRPC, HTTP, /metrics; replica i uses these + 10 i (at most 8 replicas).
     triton_grpc_port: int = 8001
     triton_http_port: int = 8000
     triton_metrics_port: int = 8002
-    # In-pod: the preprocess beside each Triton replica (the pod's front door, where Envoy
-    # sends a replica's batches), and its /metrics.
+    # In-pod: the preprocess beside Triton replica 0 (the pod's front door, where Envoy sends a
+    # replica's batches), and its /metrics; replica i uses these + 10 i.
     pod_port: int = 8003
     pod_metrics_port: int = 8004
-    # The control plane: xDS for Envoy (and proxyless gRPC), its /metrics.
+    # The control plane: xDS for Envoy (ADS, and proxyless gRPC), its /metrics.
     eds_port: int = 18000
     eds_metrics_port: int = 9183
     # Where images are decoded: "in-pod" (a preprocess beside each Triton replica, fed encoded
-    # batches by the batcher, tensors to Triton in shared memory), "remote" (the preprocess
-    # service's own pool) or "in-process" (middleman decodes).
+    # batches by the batcher, tensors to Triton in shared memory; make scale starts and drains
+    # them together), "remote" (the preprocess service's own pool) or "in-process" (middleman
+    # decodes).
     placement: str = IN_POD
     # True: middleman -> Envoy -> batcher -> Envoy -> Triton. False: middleman -> Envoy -> Triton.
     batcher: bool = True
     # True: the batcher balances over Triton itself (gRPC's xDS client, xds:///triton).
     proxyless: bool = False
     # Prometheus scraping every process, when the `prometheus` binary is installed (Debian's
-    # package); the stack runs without it all the same. Its data lives under run_dir.
+    # package); the stack runs without it all the same. Its data lives under run_dir. Its port,
+    # its configuration, its scrape interval.
     prometheus: bool = True
     prometheus_port: int = 9090
     prometheus_config: str = "grafana/prometheus/prometheus.yml"
     scrape_interval_s: float = 5.0
     # TLS: Envoy's public listener serves TLS, and Envoy reaches middleman, preprocess, the
-    # batcher and Triton over mTLS (their own ports require its client certificate). The
-    # certificates are certs_dir's ("": run_dir/certs), made by `make certs`
-    # (inferline_stack.certs) when missing. The services' calls to Envoy's loopback listeners
+    # batcher and Triton over mTLS (their own ports require its client certificate;
+    # docs/reliability.md); not with proxyless. The services' calls to Envoy's loopback listeners
     # stay plaintext.
     tls: bool = False
+    # The certificates ("": run_dir/certs), made by `make certs` (inferline_stack.certs); `up`
+    # makes any missing.
     certs_dir: str = ""
+    # Seconds a process has to become ready / to stop gracefully before it is killed.
     start_timeout_s: float = 180.0
     stop_grace_s: float = 20.0
 

@@ -12,21 +12,23 @@ SOURCES = ("file", "kubernetes")
 
 @dataclass(frozen=True)
 class Config:
+    # Listen address (xDS and /metrics) / xDS (ADS, EDS, CDS, LDS, RDS) over gRPC.
     host: str = "0.0.0.0"
-    port: int = 18000  # xDS (ADS, EDS, CDS, LDS, RDS) over gRPC
-    metrics_port: int = 9183
+    port: int = 18000
+    metrics_port: int = 9183  # Prometheus /metrics
     # Where endpoints come from: "file" (the local stack) or "kubernetes" (EndpointSlices).
     source: str = "file"
     # Clusters that always exist (empty until a source fills them) and, for Kubernetes, the
     # Services whose EndpointSlices are watched.
     services: str = "middleman,preprocess,batcher,triton"
+    # The source file: the endpoints file the local stack writes, read every poll interval.
     endpoints_file: str = ".run/endpoints.yaml"
     poll_interval_s: float = 0.1
     namespace: str = ""  # empty: the pod's own namespace in a cluster, else "default"
     port_name: str = "grpc"  # the EndpointSlice port to use when a Service has several
     kubeconfig: str = ""  # empty: in-cluster config, else ~/.kube/config
-    watch_timeout_s: int = 300
-    grace_s: float = 2.0
+    watch_timeout_s: int = 300  # seconds the API server keeps a watch open; then it is renewed
+    grace_s: float = 2.0  # graceful-stop grace on SIGTERM
 
     def __post_init__(self) -> None:
         require(0 <= self.port < 65536, PREFIX, "port", "must be a TCP port (0 picks one)")

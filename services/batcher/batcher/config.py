@@ -13,10 +13,12 @@ PREFIX = "INFERLINE_BATCHER"
 
 @dataclass(frozen=True)
 class Config:
+    # Listen address (gRPC and /metrics) / gRPC port.
     host: str = "0.0.0.0"
     port: int = 8092
-    metrics_port: int = 9182
-    # Triton, or Envoy in front of several Tritons; every RPC but ModelInfer passes through.
+    metrics_port: int = 9182  # Prometheus /metrics
+    # Triton, Envoy in front of several, or xds:///triton (proxyless, with GRPC_XDS_BOOTSTRAP);
+    # every RPC but ModelInfer passes through.
     upstream_url: str = "localhost:8001"
     # Items per batch; 0 takes each model's max_batch_size from the upstream's model config
     # (a value above the upstream's is lowered to it).
@@ -27,17 +29,21 @@ class Config:
     # Sized for what the middlemen in front may admit (inferline.capacity).
     max_queue: int = capacity.BATCHER_QUEUE_REQUESTS
     max_queue_bytes: int = capacity.BATCHER_QUEUE_BYTES
-    # Batches in flight to the upstream (all models): at most this many; about one per GPU behind
-    # it. Adaptive: fewer while batches queue at the upstream (each takes much longer than the
-    # fastest call of its size or more), so that one GPU gets full batches and many GPUs are all
-    # kept busy.
+    # Batches in flight to the upstream (all models), at most: about one per GPU behind it (the
+    # local stack sets 8, its most replicas).
     max_inflight: int = 2
+    # Fewer batches in flight while they queue at the upstream (one takes twice the fastest call
+    # of its size or more: a slot less; one as fast, sent with every slot taken: a slot more),
+    # so that one GPU gets full batches and many GPUs are all kept busy; gauge
+    # inferline_batcher_inflight_limit_batches.
     adaptive_inflight: bool = True
-    upstream_timeout_s: float = capacity.DEFAULT_DEADLINE_S
+    upstream_timeout_s: float = capacity.DEFAULT_DEADLINE_S  # deadline of calls that carry none
+    # The message limit (a merged batch must fit it) / graceful-stop grace on SIGTERM.
     max_message_bytes: int = capacity.INNER_MESSAGE_BYTES
     grace_s: float = 5.0
-    # TLS on this service's own port(s) (inferline.tls): certificate and key files (PEM) to
-    # serve TLS; with a CA too, mutual TLS: clients (Envoy) must present a certificate it signed.
+    # TLS (inferline.tls), PEM files: with a certificate and key the gRPC port serves TLS; with a
+    # CA too, mutual TLS (a client without a certificate that CA signed, such as Envoy's, is
+    # refused); a missing or non-PEM file stops start-up naming it (docs/reliability.md).
     tls_cert: str = ""
     tls_key: str = ""
     tls_ca: str = ""

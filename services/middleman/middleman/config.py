@@ -16,43 +16,49 @@ PLACEMENTS = (IN_POD, REMOTE, IN_PROCESS)
 
 @dataclass(frozen=True)
 class Config:
+    # Listen address (gRPC, REST and /metrics) / gRPC port (KServe v2).
     host: str = "0.0.0.0"
-    port: int = 8080  # KServe v2 gRPC
-    rest_port: int = 8000  # KServe v2 HTTP/REST (Triton's HTTP port)
-    metrics_port: int = 9180
+    port: int = 8080
+    # KServe v2 HTTP/REST (Triton's HTTP port; docs/calling.md).
+    rest_port: int = 8000
+    metrics_port: int = 9180  # Prometheus /metrics
     # Where inference goes: Triton directly, the batcher, or Envoy in front of either.
     triton_url: str = "localhost:8001"
     # The default model, also served as `classifier` (and classifying classifier_video's frames).
     triton_model: str = "efficientnet_lite0"
-    # The model repository whose model cards (inferline.json, labels.txt) describe the models
-    # served; "" describes the default model by the settings below alone.
+    # The model repository whose model cards (inferline.json, labels.txt) describe each served
+    # model: name, geometry, labels, tensors (docs/own-model.md); empty: the default model is
+    # described by the settings below alone.
     repository: str = ""
     # More models served beside the default, each under its own name: "*" every classifier in
     # the repository, or a comma-separated list ("" none).
     models: str = "*"
-    # For a model without a model card: its tensors, geometry and labels.
+    # A model without a model card (the simulated GPU): its input and output tensors.
     triton_input: str = "INPUT"
     triton_output: str = "PROBS"
     # Where images are decoded (docs/architecture.md, Placements): "in-pod", by the preprocess
     # beside each Triton, which triton_url (the batcher) reaches with the encoded images;
-    # "remote", by the preprocess service at preprocess_url; "in-process", here. "" : remote
+    # "remote", by the preprocess service at preprocess_url; "in-process", here. Empty: remote
     # when preprocess_url is set, else in-process.
     placement: str = ""
-    # The preprocess service (models preprocess and preprocess_video), told each request's
-    # geometry; its own settings apply to limits and video sampling. Remote decoding only.
+    # Remote only: the preprocess service (models preprocess and preprocess_video, host:port),
+    # told each request's geometry; its own settings apply to limits and video sampling.
     preprocess_url: str = ""
-    decode_threads: int = 2
+    decode_threads: int = 2  # decoding threads (in process)
+    # A model without a card: shorter side before the crop; crop size.
     resize: int = 256
     crop: int = 224
-    max_batch: int = 64
-    max_image_bytes: int = capacity.MAX_IMAGE_BYTES  # checked here on both paths (before sending)
-    # Decoding in process: the pixels decoded per image (a JPEG at its DCT scale, see
-    # docs/reliability.md).
+    max_batch: int = 64  # images per request
+    # Encoded size limit per image (INVALID_ARGUMENT above), checked on both paths before
+    # sending: 60 MiB takes a 200 MP phone photo (20-55 MB) and stays below max_message_bytes.
+    max_image_bytes: int = capacity.MAX_IMAGE_BYTES
+    # Decoding in process: pixels decoded per image, checked from the header before decoding; a
+    # sequential JPEG counts at the DCT scale it is decoded at (a 200 MP photo at 1/8: 3.1 MP),
+    # anything else at full size (docs/reliability.md).
     max_pixels: int = 40_000_000
-    # classifier_video, decoding in process: limits and default sampling (as preprocess's).
+    # classifier_video, decoding in process: video limits and default sampling, as preprocess's
+    # (a video in chunks is spooled here then, to a temporary file in TMPDIR).
     max_video_bytes: int = 32 * 1024 * 1024
-    # A video in chunks (one ModelStreamInfer sequence) is spooled to a temporary file (TMPDIR)
-    # as it arrives, and decoded while it does: this caps that file.
     max_video_stream_bytes: int = 2 * 1024 * 1024 * 1024
     max_video_pixels: int = 3840 * 2160
     max_video_frames: int = 18_000
@@ -61,21 +67,28 @@ class Config:
     video_every_n: int = 0
     video_max_samples: int = 256
     video_chunk_frames: int = 16
-    video_top_k: int = 5  # classes per frame when a request names no output
-    # The public message limit, named in the refusal; the server's own bound is a little higher
-    # (inferline.capacity), so a request just over it gets that message, not gRPC's.
+    video_top_k: int = 5  # classes per frame of classifier_video when a request names no output
+    # The public message limit: a request over it gets RESOURCE_EXHAUSTED naming it (over REST,
+    # a body over it: 413). The server's own bound is a little higher (inner hops accept 64 KiB
+    # more, for their framing: inferline.capacity), so a request just over it gets that message,
+    # not gRPC's.
     max_message_bytes: int = capacity.MAX_MESSAGE_BYTES
-    # Admission (inferline.admission): the hard bounds on what is in flight, and the
-    # requests in flight below which the throughput estimate is not consulted.
+    # Admission's hard bounds (inferline.admission): requests (and their encoded bytes) served at
+    # once; more are refused at once with RESOURCE_EXHAUSTED.
     max_inflight: int = capacity.ADMITTED_REQUESTS
     max_inflight_bytes: int = capacity.ADMITTED_BYTES
+    # Requests in flight below which admission does not consult its throughput estimate
+    # (docs/reliability.md).
     admission_floor: int = capacity.ADMISSION_FLOOR_REQUESTS
     # The deadline of a request that sets none (each stage gets what is left of it).
     upstream_timeout_s: float = capacity.DEFAULT_DEADLINE_S
+    # A model without a card: its labels, one per line; empty: ImageNet-1k.
     labels_file: str = ""
-    grace_s: float = 5.0
-    # TLS on this service's own port(s) (inferline.tls): certificate and key files (PEM) to
-    # serve TLS; with a CA too, mutual TLS: clients (Envoy) must present a certificate it signed.
+    grace_s: float = 5.0  # graceful-stop grace on SIGTERM
+    # TLS (inferline.tls), PEM files: with a certificate and key the gRPC and REST ports serve
+    # TLS; with a CA too, mutual TLS (a client without a certificate that CA signed, such as
+    # Envoy's, is refused); a missing or non-PEM file stops start-up naming it
+    # (docs/reliability.md).
     tls_cert: str = ""
     tls_key: str = ""
     tls_ca: str = ""

@@ -27,62 +27,76 @@ def usable_cores() -> int:
 
 @dataclass(frozen=True)
 class Config:
+    # Listen address (gRPC and /metrics) / gRPC port.
     host: str = "0.0.0.0"
     port: int = 8091
-    metrics_port: int = 9181
-    # auto: dali-gpu when DALI sees a GPU, else opencv (faster on a CPU than dali-cpu).
+    metrics_port: int = 9181  # Prometheus /metrics
+    # auto: dali-gpu when DALI sees a GPU, else opencv (on a CPU it costs less than half of
+    # dali-cpu's time per image, make bench-preprocess) | dali-gpu | dali-cpu | opencv.
     backend: str = "auto"
     # Decoding threads (opencv) or single-threaded DALI CPU pipelines; 0 = every usable core.
     workers: int = 0
-    gpu_pipelines: int = 2  # dali-gpu: pipelines sharing the GPU (workers CPU threads in all)
-    device_id: int = 0  # dali-gpu: which CUDA device
-    # The geometry of a request that names none (its parameters resize and crop may).
-    resize: int = 256  # shorter side before the crop
+    # dali-gpu: pipelines sharing the GPU (workers CPU threads in all) / which CUDA device.
+    gpu_pipelines: int = 2
+    device_id: int = 0
+    # Shorter side before the crop; crop size, for a request whose parameters resize and crop do
+    # not say (middleman sends each model's).
+    resize: int = 256
     crop: int = 224
-    # Geometries decoded at once (DALI builds pipelines for each); one more is refused.
+    # Geometries decoded at once (DALI builds pipelines for each); one more is FAILED_PRECONDITION.
     max_geometries: int = 4
     max_batch: int = 64  # images per request (and the DALI pipelines' batch size)
+    # Per image: encoded bytes; pixels decoded, checked from the header before decoding (a
+    # sequential JPEG at the DCT scale it is decoded at, 1/8 for a 200 MP photo, anything else at
+    # full size; every backend alike, docs/reliability.md).
     max_image_bytes: int = capacity.MAX_IMAGE_BYTES
-    # Pixels decoded per image, checked from the header before decoding: a sequential JPEG
-    # counts at the DCT scale it is decoded at (1/8 for a 200 MP photo), anything else in full.
     max_pixels: int = 40_000_000
-    # Video (model preprocess_video): limits, checked from the container before decoding and
-    # again while decoding, since a header can lie.
+    # Per video in one message (model preprocess_video). The video limits are checked from the
+    # container before decoding and again while decoding, since a header can lie.
     max_video_bytes: int = 32 * 1024 * 1024
-    # A video in chunks (one ModelStreamInfer sequence) is spooled to a temporary file (TMPDIR)
-    # as it arrives, and decoded while it does: this caps that file.
+    # Per video in chunks (one ModelStreamInfer sequence, docs/video.md): it is spooled to a
+    # temporary file in TMPDIR as it arrives, and decoded while it does; INVALID_ARGUMENT naming
+    # it beyond.
     max_video_stream_bytes: int = 2 * 1024 * 1024 * 1024
     max_video_pixels: int = 3840 * 2160  # per frame
-    max_video_frames: int = 18_000  # frames in the video (10 min at 30 fps)
+    # Frames in the video (10 min at 30 fps) / its duration.
+    max_video_frames: int = 18_000
     max_video_duration_s: float = 600.0
-    # Default sampling when a request names none: a target rate, or every Nth frame (wins).
+    # Default sampling when a request names none: a target rate, or every Nth frame (wins); per
+    # request: parameters fps, every_n, max_frames.
     video_fps: float = 1.0
     video_every_n: int = 0
-    video_max_samples: int = 256  # frames returned per video, at most
+    video_max_samples: int = 256  # frames returned per video, at most: caps a request's max_frames
     video_chunk_frames: int = 16  # frames per streamed response
+    # The message limit: middleman's public one plus a hop's framing (inferline.capacity).
     max_message_bytes: int = capacity.INNER_MESSAGE_BYTES
-    # Requests (and their encoded bytes) decoding at once; more are refused (inferline.capacity).
+    # Requests (and their encoded bytes) decoding at once; more get RESOURCE_EXHAUSTED (sized
+    # for what the middlemen in front may admit: inferline.capacity).
     max_inflight: int = capacity.PREPROCESS_INFLIGHT_REQUESTS
     max_inflight_bytes: int = capacity.PREPROCESS_INFLIGHT_BYTES
-    # In-pod placement: this preprocess runs beside a Triton (same pod, same /dev/shm) and
-    # serves its models to the batcher: encoded images in, decoded into shared memory, Triton's
-    # outputs (and ERRORS) out. "" serves preprocess and preprocess_video alone.
+    # In-pod (docs/architecture.md, Placements): the pod's own Triton (127.0.0.1:8001); this
+    # preprocess then runs beside it (same pod, same /dev/shm) and serves its models to the
+    # batcher: encoded images in, decoded into shared memory, Triton's outputs (and ERRORS) out.
+    # Empty: models preprocess and preprocess_video alone.
     triton_url: str = ""
-    # Triton's access token for its restricted shared-memory protocol, read from this file
-    # ("" sends none: a Triton without --grpc-restricted-protocol).
+    # In-pod: the file holding Triton's access token for its restricted shared-memory protocol
+    # (re-read whenever regions are registered); empty: send none (a Triton without
+    # --grpc-restricted-protocol).
     triton_token_file: str = ""
-    # Call that Triton over mutual TLS with this service's own certificate, key and CA (the
-    # TLS_* settings below; where Triton's gRPC port is reachable beyond the pod: the local
-    # stack with TLS on). Off: plaintext, for a Triton on the pod's loopback.
+    # In-pod: call that Triton over mutual TLS with this service's own TLS_CERT, TLS_KEY and
+    # TLS_CA (where Triton's gRPC port is reachable beyond the pod: the local stack with TLS on,
+    # where loopback is every process's). Off: plaintext, for a Triton on the pod's loopback.
     triton_tls: bool = False
-    # The shared-memory ring: /dev/shm/<prefix>-<i>, one prefix per preprocess (per pod).
+    # In-pod: the shared-memory ring /dev/shm/<prefix>-<i> (one prefix per pod: a second live
+    # owner is refused); batches decoded or at Triton at once (one more waits for a slot); bytes
+    # a slot holds (0: max_batch images of up to 320 x 320, any geometry to that size).
     shm_prefix: str = "inferline-preprocess"
-    shm_slots: int = 4  # batches decoded or at Triton at once; one more waits for a slot
-    # Bytes a slot holds; 0: max_batch images of up to 320 x 320 (any geometry to that size).
+    shm_slots: int = 4
     shm_slot_bytes: int = 0
-    grace_s: float = 5.0
-    # TLS on this service's own port(s) (inferline.tls): certificate and key files (PEM) to
-    # serve TLS; with a CA too, mutual TLS: clients (Envoy) must present a certificate it signed.
+    grace_s: float = 5.0  # graceful-stop grace on SIGTERM
+    # TLS (inferline.tls), PEM files: with a certificate and key the gRPC port serves TLS; with a
+    # CA too, mutual TLS (a client without a certificate that CA signed, such as Envoy's, is
+    # refused); a missing or non-PEM file stops start-up naming it (docs/reliability.md).
     tls_cert: str = ""
     tls_key: str = ""
     tls_ca: str = ""
