@@ -1,4 +1,5 @@
-"""The KServe v2 RPCs every inferline model server answers alike: liveness, readiness, identity."""
+"""The KServe v2 RPCs every inferline model server answers alike (liveness, readiness, identity),
+and the server that serves them (:func:`serve`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,31 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferline import __version__
 from inferline.errors import InferError
+from inferline.server import MAX_MESSAGE_BYTES, RunningServer, start_server
+from inferline.tls import ServerTls
 
 Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
+SERVICE_NAME = "inference.GRPCInferenceService"  # KServe v2's, as reflection and health name it
+
+
+async def serve(
+    name: str,
+    port: int,
+    servicer: service_pb2_grpc.GRPCInferenceServiceServicer,
+    host: str = "0.0.0.0",
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
+    tls: ServerTls | None = None,
+) -> RunningServer:
+    """Serve ``servicer`` as KServe v2 gRPC on ``port`` (:func:`inferline.server.start_server`)."""
+    return await start_server(
+        name,
+        port,
+        [lambda s: service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, s)],
+        [SERVICE_NAME],
+        host=host,
+        max_message_bytes=max_message_bytes,
+        tls=tls,
+    )
 
 
 class KServeServicer(service_pb2_grpc.GRPCInferenceServiceServicer):

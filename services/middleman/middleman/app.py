@@ -6,14 +6,14 @@ import logging
 from dataclasses import dataclass
 
 from aiohttp import web
-from tritonclient.grpc import service_pb2_grpc
 
 from inferline import capacity
 from inferline.admission import Admission
 from inferline.admission import Limits as AdmissionLimits
 from inferline.imaging.decode import Limits
 from inferline.imaging.settings import default_sampling, video_limits
-from inferline.server import RunningServer, start_server
+from inferline.server import RunningServer
+from inferline.servicer import serve
 from inferline.tls import server_tls
 from middleman import classifiers
 from middleman.classifiers import Classifier, Classifiers
@@ -35,8 +35,6 @@ from middleman.video import (
 )
 
 logger = logging.getLogger(__name__)
-
-SERVICE_NAME = "inference.GRPCInferenceService"
 
 
 @dataclass
@@ -128,11 +126,10 @@ async def start(config: Config) -> Middleman:
         config.video_top_k,
         limits(config),
     )
-    server = await start_server(
+    server = await serve(
         "middleman",
         config.port,
-        [lambda s: service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(service, s)],
-        [SERVICE_NAME],
+        service,
         host=config.host,
         max_message_bytes=config.max_message_bytes + capacity.FRAMING_BYTES,
         tls=server_tls(config),

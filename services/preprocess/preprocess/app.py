@@ -6,12 +6,11 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from tritonclient.grpc import service_pb2_grpc
-
 from inferline import admission
 from inferline.imaging.decode import Geometry, Limits
 from inferline.imaging.settings import default_sampling, video_limits
-from inferline.server import RunningServer, start_server
+from inferline.server import RunningServer
+from inferline.servicer import serve
 from inferline.tls import server_tls
 from preprocess import metrics
 from preprocess.backends import BackendSettings
@@ -24,8 +23,6 @@ from preprocess.service import PreprocessService, ServiceSettings
 from preprocess.shm import SharedMemoryRing
 
 logger = logging.getLogger(__name__)
-
-SERVICE_NAME = "inference.GRPCInferenceService"
 
 
 @dataclass
@@ -147,11 +144,10 @@ async def start(config: Config, machine: Machine | None = None) -> Preprocess:
         if pod is None
         else PodService(decoders, service_settings, pod.triton)
     )
-    server = await start_server(
+    server = await serve(
         "preprocess",
         config.port,
-        [lambda s: service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(service, s)],
-        [SERVICE_NAME],
+        service,
         host=config.host,
         max_message_bytes=config.max_message_bytes,
         tls=server_tls(config),
