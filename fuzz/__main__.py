@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         print(result.summary(), flush=True)
     if len(results) > 1:
         print("\n".join(["", "summary:", *(r.summary() for r in results)]))
-    return 0 if all(r.ok for r in results) else 1
+    print(runner.tally(results))
+    return 1 if any(r.failed for r in results) else 0
 
 
 def tail(log: Path, lines: int = 40) -> str:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from fuzz.targets import TARGETS, Target
+from inferline_testing.tools import REQUIRE_ENV, required
 
 ROOT = Path(__file__).resolve().parent.parent
 REGRESSIONS = Path(__file__).resolve().parent / "regressions"
@@ -62,13 +63,20 @@ class Result:
 
     @property
     def ok(self) -> bool:
-        return bool(self.skipped) or (
+        """It ran and found nothing (a skipped target is not ok: it proved nothing)."""
+        return not self.skipped and (
             self.returncode == 0 and not self.findings and not self.problem
         )
 
+    @property
+    def failed(self) -> bool:
+        """A finding, a failed run, or a skip where tools are required (CI)."""
+        return not self.ok and (not self.skipped or required())
+
     def summary(self) -> str:
         if self.skipped:
-            return f"{self.target:<15} skipped: {self.skipped}"
+            fails = f" ({REQUIRE_ENV}=1: a failure)" if required() else ""
+            return f"{self.target:<15} skipped: {self.skipped}{fails}"
 
         def number(value: int | None) -> str:
             return "?" if value is None else f"{value:,}"
@@ -85,6 +93,15 @@ class Result:
             f"new {number(self.new_units):>5}  peak RSS {number(self.peak_rss_mb)} MB  "
             f"slowest input {number(self.slowest_s)} s  {verdict}"
         )
+
+
+def tally(results: Sequence[Result]) -> str:
+    """``3 ok, 1 skipped, 0 failed``: a skipped target is never counted as passed."""
+    skipped = sum(bool(r.skipped) for r in results)
+    failed = sum(r.failed for r in results)
+    ok = sum(r.ok for r in results)
+    fails = f" (skips fail: {REQUIRE_ENV}=1)" if skipped and required() else ""
+    return f"{ok} ok, {skipped} skipped, {failed} failed{fails}"
 
 
 def folders(target: Target, workdir: Path) -> dict[str, Path]:

@@ -18,7 +18,7 @@ from inferline.imaging.video import (
     plan,
     probe_video,
 )
-from inferline_testing import media
+from inferline_testing import media, tools
 
 GEOMETRY = Geometry()
 EVERY_5 = Sampling(every_n=5, fps=0, max_samples=100)
@@ -27,10 +27,8 @@ EVERY_5 = Sampling(every_n=5, fps=0, max_samples=100)
 @functools.cache
 def video(codec: str) -> bytes:
     """30 frames at 10 fps (3 s) of the panning cat; skips the test if this machine can't."""
-    try:
+    with tools.missing_on(LookupError):
         return media.make_video(codec)
-    except LookupError as exc:
-        pytest.skip(str(exc))
 
 
 def read_all(data: bytes, sampling: Sampling, limits: VideoLimits | None = None) -> FrameChunk:

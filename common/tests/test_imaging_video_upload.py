@@ -16,7 +16,7 @@ from inferline.imaging.decode import DecodeError, Geometry
 from inferline.imaging.streaming import read_as_decoded, read_chunks
 from inferline.imaging.upload import UploadStream, spool
 from inferline.imaging.video import CpuVideoReader, FrameChunk, Sampling, VideoLimits
-from inferline_testing import media
+from inferline_testing import media, tools
 from inferline_testing.waits import wait_for_state
 
 GEOMETRY = Geometry()
@@ -28,10 +28,8 @@ TIMEOUT_S = 30.0
 @functools.cache
 def video(codec: str, frames: int = 30) -> bytes:
     """``frames`` of the panning cat at 10 fps; skips the test if this machine can't."""
-    try:
+    with tools.missing_on(LookupError):
         return media.make_video(codec, media.video_frames(frames))
-    except LookupError as exc:
-        pytest.skip(str(exc))
 
 
 def long_video(codec: str) -> bytes:

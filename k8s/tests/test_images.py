@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from inferline_testing.tools import missing
 from tools import check_packages, images
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -561,7 +562,7 @@ def test_dockerignore_keeps_what_the_dockerfiles_copy() -> None:
         check=False,
     )
     if listed.returncode != 0:
-        pytest.skip("not a git checkout")
+        missing(f"not a git checkout: {listed.stderr.strip()}")
     for path in listed.stdout.splitlines():
         if "/tests/" not in path:
             assert not excluded(path), f"{path} is left out of the build context"

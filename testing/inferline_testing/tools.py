@@ -7,9 +7,12 @@ run rather than skipping what it should prove).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -20,11 +23,22 @@ def required() -> bool:
     return os.environ.get(REQUIRE_ENV) == "1"
 
 
-def missing(message: str) -> None:
-    """Skip with ``message``, or fail with it where tools are required."""
+def missing(message: str) -> NoReturn:
+    """Skip with ``message``, or fail with it where tools are required: every skip of a test
+    for what this machine lacks goes through here."""
     if required():
         pytest.fail(f"{message} ({REQUIRE_ENV}=1)")
     pytest.skip(message)
+
+
+@contextlib.contextmanager
+def missing_on(*errors: type[Exception]) -> Iterator[None]:
+    """One of ``errors`` raised in the block (this machine lacks what it needs: a codec, an
+    encoder) is :func:`missing`, with its message."""
+    try:
+        yield
+    except errors as exc:
+        missing(str(exc))
 
 
 def tool(name: str, install: str, at: Path | None = None) -> str:
@@ -37,5 +51,4 @@ def tool(name: str, install: str, at: Path | None = None) -> str:
         found = shutil.which(name)
     if found is None:
         missing(f"{name} is not installed: {install}")
-    assert found is not None
     return found

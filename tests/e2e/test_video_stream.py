@@ -23,7 +23,7 @@ from inferline_stack.config import StackConfig
 from inferline_stack.health import wait_ready
 from inferline_stack.processes import ProcessTable
 from inferline_testing import chunks as chunks_
-from inferline_testing import media
+from inferline_testing import media, tools
 from inferline_testing.chunks import finals, frame_indices
 from inferline_testing.ports import free_port
 from inferline_testing.procfs import process_usage
@@ -144,10 +144,8 @@ def _env(service: str, port: int, **settings: str) -> dict[str, str]:
 def large_video(min_bytes: int = LARGE_VIDEO_BYTES, fps: float = 10.0) -> bytes:
     """The cat at 1280x720, lossless H.264 with noise at its sides (mp4, its index first):
     160 MiB of it is made in about 4 s, and decoded in about 2."""
-    try:
+    with tools.missing_on(LookupError):
         return media.large_video(min_bytes, "mp4", 1280, 720, fps, min_seconds=10.0)
-    except LookupError as exc:
-        pytest.skip(str(exc))
 
 
 def peaks(placement: Placement) -> dict[str, int]:
@@ -197,7 +195,7 @@ async def test_the_demo_client_streams_a_video_and_labels_each_frame(
     video = tmp_path / "cat.webm"
     video.write_bytes(ten_seconds())
     target = f"127.0.0.1:{stack.public_port}"
-    base = ("--target", target, "--video", str(video), "--chunk-bytes", "16384", "--fps", "1")
+    base = ("video", "--target", target, str(video), "--chunk-bytes", "16384", "--fps", "1")
     json_run = await demo_client(*base, "--json")
     assert json_run.returncode == 0, json_run.stderr
     summary = json.loads(json_run.stdout)

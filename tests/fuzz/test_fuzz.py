@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from fuzz import __main__ as fuzz_cli
 from fuzz import runner
 from fuzz.targets import TARGETS
+from inferline_testing import tools
 
 SECONDS = int(os.environ.get("INFERLINE_FUZZ_SECONDS", "10"))
 REGRESSIONS = sorted(p for p in runner.REGRESSIONS.glob("*/*") if p.is_file())
@@ -32,7 +34,7 @@ def tail(path: Path | None, lines: int = 60) -> str:
 def test_a_short_fuzzing_pass_finds_nothing(name: str, tmp_path: Path) -> None:
     result = runner.run(name, SECONDS, tmp_path)
     if result.skipped:
-        pytest.skip(result.skipped)
+        tools.missing(result.skipped)
     print(result.summary())
     assert result.ok, f"{result.summary()}\n{tail(result.log)}"
     assert result.executions, f"no input ran:\n{tail(result.log)}"
@@ -48,7 +50,7 @@ def test_every_regression_belongs_to_a_target() -> None:
 def test_a_found_input_runs_clean(path: Path) -> None:
     target = TARGETS[path.parent.name]
     if reason := target.unavailable():
-        pytest.skip(reason)
+        tools.missing(reason)
     done = runner.reproduce(target.name, [path])
     assert done.returncode == 0, done.stdout[-6000:]
 
@@ -71,6 +73,19 @@ def test_figures_are_read_from_libfuzzer_output() -> None:
     assert (result.features, result.corpus, result.new_units) == (388, 41, 38)
     assert (result.peak_rss_mb, result.slowest_s) == (111, 0)
     assert result.ok
+
+
+@pytest.mark.parametrize("require", ["", "1"], ids=["developer", "tools required"])
+def test_a_skipped_target_is_reported_as_skipped_and_fails_under_the_switch(
+    require: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(tools.REQUIRE_ENV, require)
+    monkeypatch.setattr(runner, "run", lambda name, *_: runner.Result(name, skipped="x is gone"))
+    assert fuzz_cli.main(["run", "rest", "--seconds", "1"]) == (1 if require else 0)
+    out = capsys.readouterr().out
+    assert "rest            skipped: x is gone" in out
+    assert f"0 ok, 1 skipped, {1 if require else 0} failed" in out
+    assert not runner.Result("t", returncode=0, skipped="x is gone").ok
 
 
 def test_dictionary_tokens_are_escaped(tmp_path: Path) -> None:
