@@ -7,18 +7,23 @@ flight finish.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
+import grpc
 import pytest
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from eds.sources import endpoints_file
 from inferline_envoy import admin
 from inferline_testing.harness import EdsProcess, EnvoyProcess, Pool, envoy_params, flowing, load
 from inferline_testing.ports import free_port
+from inferline_testing.waits import wait_for
 
 pytestmark = pytest.mark.e2e
+DELAY_MS = 300.0  # each request's time at the backend: long enough to be caught in flight
 
 
 @pytest.fixture
@@ -30,7 +35,7 @@ async def envoy(tmp_path: Path) -> AsyncIterator[tuple[EnvoyProcess, Pool, int]]
     await eds.start_ready()
     probe_port = free_port()
     proxy = EnvoyProcess(tmp_path, envoy_params(eds.port, ["triton"], probe_port=probe_port))
-    pool = Pool("triton", tmp_path, endpoints, proxy.admin, delay_ms=20.0)
+    pool = Pool("triton", tmp_path, endpoints, proxy.admin, delay_ms=DELAY_MS)
     try:
         await proxy.start_ready()
         backend, _ = await pool.add()
@@ -64,15 +69,34 @@ async def test_drain_fails_readiness_and_lets_the_requests_in_flight_finish(
     envoy: tuple[EnvoyProcess, Pool, int],
 ) -> None:
     proxy, _, port = envoy
-    async with load(proxy.listener("triton"), concurrency=4, timeout_s=30.0) as recorder:
-        await flowing(recorder, 20)
-        assert await admin.in_flight(proxy.admin) > 0  # 20 ms a request, 4 at a time
+    async with (
+        load(proxy.listener("triton"), concurrency=4, timeout_s=30.0) as recorder,
+        grpc.aio.insecure_channel(proxy.listener("triton")) as channel,
+    ):
+        await flowing(recorder, 8)
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        calls = [
+            asyncio.ensure_future(
+                stub.ModelInfer(
+                    service_pb2.ModelInferRequest(model_name="m", id=f"{i}"), timeout=30
+                )
+            )
+            for i in range(4)
+        ]
+
+        async def all_in_flight() -> bool:  # the load's 4 and these 4, DELAY_MS each
+            return await admin.in_flight(proxy.admin) >= 8
+
+        await wait_for(all_in_flight, 30.0, "8 requests in flight")
         left = await admin.drain(proxy.admin, settle_s=0.0, timeout_s=30.0)
+        replies = await asyncio.gather(*calls)  # each answered: none cut off by the drain
         served = recorder.requests
     assert left == 0
+    assert [reply.id for reply in replies] == ["0", "1", "2", "3"]
     assert await status(f"http://127.0.0.1:{port}/ready") == 503  # out of service
-    assert served > 20
-    # What was in flight when the drain began finished; new requests found Envoy closing.
+    assert served > 8
+    # The load's requests in flight finished too; the ones it sent after the drain began found
+    # Envoy closing, and nothing failed in any other way.
     assert set(recorder.errors_by_code) <= {"UNAVAILABLE"}, recorder.errors_by_code
     assert proxy.running  # draining is not stopping: the kubelet's SIGTERM follows
 
