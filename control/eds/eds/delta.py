@@ -9,8 +9,6 @@ never resent; the next change of that resource goes out as usual.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 
 from envoy_data_plane.envoy.service.discovery.v3 import (
@@ -20,7 +18,7 @@ from envoy_data_plane.envoy.service.discovery.v3 import (
 )
 
 from eds.resources import FULL_STATE_TYPES, Snapshot, set_version
-from eds.streams import Kind, Nonces, StreamEvent
+from eds.streams import Kind, Stream, StreamEvent
 
 ABSENT = ""  # "the client has been told this name does not exist"
 
@@ -35,29 +33,14 @@ class _Subscription:
     sent_version: str = ""
 
 
-class DeltaStream:
-    def __init__(
-        self,
-        types: Collection[str],
-        default_type: str = "",
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.types = frozenset(types)
-        self.default_type = default_type
-        self.node_id = ""
-        self._subs: dict[str, _Subscription] = {}
-        self._nonces = Nonces()
-        self._clock = clock
-
+class DeltaStream(Stream[_Subscription]):
     def known(self, type_url: str) -> dict[str, str]:
         """What the client holds of ``type_url``, name -> version, as far as this stream knows."""
         sub = self._subs.get(type_url)
         return dict(sub.known) if sub else {}
 
     def on_request(self, request: DeltaDiscoveryRequest) -> StreamEvent:
-        if request.node is not None and request.node.id:
-            self.node_id = request.node.id
-        type_url = request.type_url or self.default_type
+        type_url = self._type_of(request)
         base = StreamEvent(Kind.UPDATE, type_url, self.node_id)
         if type_url not in self.types:
             return replace(base, kind=Kind.UNSUPPORTED)
@@ -88,16 +71,10 @@ class DeltaStream:
             return base
         if request.response_nonce != sub.nonce:
             return replace(base, kind=Kind.STALE)
+        nack = self._nack(base, request, sub.sent_at, sub.sent_version)
+        if nack is not None:
+            return nack
         latency = self._clock() - sub.sent_at
-        error = request.error_detail
-        if error is not None and (error.code or error.message):
-            return replace(
-                base,
-                kind=Kind.NACK,
-                version=sub.sent_version,
-                error=error.message,
-                latency_s=latency,
-            )
         return replace(base, kind=Kind.ACK, version=sub.sent_version, latency_s=latency)
 
     def responses(self, snapshot: Snapshot) -> list[DeltaDiscoveryResponse]:

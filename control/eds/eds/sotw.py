@@ -10,14 +10,13 @@ update is never resent in a loop, and the client stays on its last good version.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 
 from envoy_data_plane.envoy.service.discovery.v3 import DiscoveryRequest, DiscoveryResponse
 
 from eds.resources import FULL_STATE_TYPES, Snapshot, XdsResource, set_version
-from eds.streams import Kind, Nonces, StreamEvent
+from eds.streams import Kind, Stream, StreamEvent
 
 
 @dataclass
@@ -37,28 +36,13 @@ def _wildcard(type_url: str, names: Collection[str]) -> bool:
     return "*" in names or (type_url in FULL_STATE_TYPES and not names)
 
 
-class SotwStream:
-    def __init__(
-        self,
-        types: Collection[str],
-        default_type: str = "",
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.types = frozenset(types)
-        self.default_type = default_type
-        self.node_id = ""
-        self._subs: dict[str, _Subscription] = {}
-        self._nonces = Nonces()
-        self._clock = clock
-
+class SotwStream(Stream[_Subscription]):
     def acked_version(self, type_url: str) -> str:
         sub = self._subs.get(type_url)
         return sub.acked_version if sub else ""
 
     def on_request(self, request: DiscoveryRequest) -> StreamEvent:
-        if request.node is not None and request.node.id:
-            self.node_id = request.node.id
-        type_url = request.type_url or self.default_type
+        type_url = self._type_of(request)
         names = frozenset(request.resource_names)
         ordered = tuple(sorted(names))
 
@@ -76,16 +60,10 @@ class SotwStream:
             sub.needs_response = True
         if not request.response_nonce:
             return replace(base, kind=Kind.UPDATE)
+        nack = self._nack(base, request, sub.sent_at, sub.sent_version or "")
+        if nack is not None:
+            return nack
         latency = self._clock() - sub.sent_at
-        error = request.error_detail
-        if error is not None and (error.code or error.message):
-            return replace(
-                base,
-                kind=Kind.NACK,
-                version=sub.sent_version or "",
-                error=error.message,
-                latency_s=latency,
-            )
         sub.acked_version = request.version_info
         return replace(base, kind=Kind.ACK, version=request.version_info, latency_s=latency)
 
