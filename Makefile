@@ -66,11 +66,11 @@ scale: model ## start or drain replicas: SERVICE=triton REPLICAS=2 (EDS pushes t
 		--model-repository $(MODEL_REPOSITORY)
 
 demo: up ## the whole pipeline (Envoy, batcher, GPU pods: Triton + the preprocess beside it) plus the live demo client (DURATION=s, CONCURRENCY=n, MODEL=name)
-	@$(PY) -m demo_client --duration $(DURATION) --concurrency $(CONCURRENCY) --model $(MODEL) $(DEMO_TLS)
+	@$(PY) -m demo_client load --duration $(DURATION) --concurrency $(CONCURRENCY) --model $(MODEL) $(DEMO_TLS)
 	@echo "the stack keeps running: 'make status' shows it, 'make scale SERVICE=triton REPLICAS=2' adds a backend, 'make down' stops it"
 
 demo-web: up ## `make demo` plus a live web page on http://127.0.0.1:8088/ (WEB_PORT=n): images/s per Triton replica, latency, errors, labelled images
-	@$(PY) -m demo_client --web --web-port $(WEB_PORT) --duration $(DURATION) --concurrency $(CONCURRENCY) --model $(MODEL) $(DEMO_TLS)
+	@$(PY) -m demo_client load --web --web-port $(WEB_PORT) --duration $(DURATION) --concurrency $(CONCURRENCY) --model $(MODEL) $(DEMO_TLS)
 	@echo "the stack keeps running: 'make scale SERVICE=triton REPLICAS=2' during a run adds a line to the page, 'make down' stops it"
 
 REGISTRY ?=

@@ -118,7 +118,7 @@ def direct_pipeline(run_dir: Path, repository: Path) -> Iterator[str]:
 
 def demo_client(target: str, duration: float, concurrency: int, *extra: str) -> dict[str, Any]:
     """Run the demo client as its own process (as a user would) and return its JSON summary."""
-    argv = [sys.executable, "-m", "demo_client", "--target", target, "--json"]
+    argv = [sys.executable, "-m", "demo_client", "load", "--target", target, "--json"]
     argv += ["--duration", str(duration), "--concurrency", str(concurrency), *extra]
     done = subprocess.run(argv, check=True, capture_output=True, text=True)
     summary: dict[str, Any] = json.loads(done.stdout)

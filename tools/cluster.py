@@ -192,8 +192,8 @@ def triton_pods() -> dict[str, str]:
 
 def demo(port: int, count: int) -> dict[str, Any]:
     """The demo client through the cluster's Envoy; its JSON summary."""
-    argv = [sys.executable, "-m", "demo_client", "--target", f"127.0.0.1:{port}", "--json",
-            "--count", str(count), "--concurrency", "8", "--wait", "60"]  # fmt: skip
+    argv = [sys.executable, "-m", "demo_client", "load", "--target", f"127.0.0.1:{port}",
+            "--json", "--count", str(count), "--concurrency", "8", "--wait", "60"]  # fmt: skip
     result = subprocess.run(argv, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise ClusterError(f"the demo client failed:\n{result.stderr.strip()[-2000:]}")

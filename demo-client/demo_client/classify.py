@@ -1,5 +1,6 @@
 """Top-k labels of images, through Triton's classification extension: of single files
-(``--classify``), and of some of a load's requests (the web view's recent images)."""
+(``python -m demo_client classify``), and of some of a load's requests (the web view's recent
+images)."""
 
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ async def cli(*args: str, cwd: Path) -> Result:
 
 async def test_json_summary_counts_errors(target: str, mixed_images: Path, tmp_path: Path) -> None:
     r = await cli(
-        "--target", target, "--images", str(mixed_images), "--count", "8",
+        "load", "--target", target, "--images", str(mixed_images), "--count", "8",
         "--concurrency", "2", "--json", "--wait", "10", cwd=tmp_path,
     )  # fmt: skip
     assert r.rc == 0, r.err
@@ -83,7 +83,7 @@ async def test_json_summary_counts_errors(target: str, mixed_images: Path, tmp_p
 
 async def test_duration_run_with_batches(target: str, good_images: Path, tmp_path: Path) -> None:
     r = await cli(
-        "--target", target, "--images", str(good_images), "--duration", "0.5",
+        "load", "--target", target, "--images", str(good_images), "--duration", "0.5",
         "--concurrency", "3", "--batch", "4", "--channels", "2", "--json", cwd=tmp_path,
     )  # fmt: skip
     assert r.rc == 0, r.err
@@ -98,7 +98,8 @@ async def test_every_request_failing_exits_non_zero(target: str, tmp_path: Path)
     images.mkdir()
     (images / "x.jpg").write_bytes(b"BAD")
     r = await cli(
-        "--target", target, "--images", str(images), "--count", "3", "--json", cwd=tmp_path
+        "load", "--target", target, "--images", str(images), "--count", "3", "--json",
+        cwd=tmp_path,
     )  # fmt: skip
     assert r.rc == 1
     assert json.loads(r.out)["errors_by_code"] == {"INVALID_ARGUMENT": 3}
@@ -108,7 +109,8 @@ async def test_every_request_failing_exits_non_zero(target: str, tmp_path: Path)
 
 async def test_live_view_and_summary_table(target: str, good_images: Path, tmp_path: Path) -> None:
     r = await cli(
-        "--target", target, "--images", str(good_images), "--count", "20", cwd=tmp_path
+        "load", "--target", target, "--images", str(good_images), "--count", "20",
+        cwd=tmp_path,
     )  # fmt: skip
     assert r.rc == 0, r.err
     assert "images/s" in r.out and "p99" in r.out
@@ -121,8 +123,8 @@ async def test_ctrl_c_prints_the_summary_and_exits_0(
     target, servicer = fake
     servicer.infer_seen.clear()
     proc = await start(
-        "--target", target, "--images", str(good_images), "--duration", "120", "--json",
-        cwd=tmp_path,
+        "load", "--target", target, "--images", str(good_images), "--duration", "120",
+        "--json", cwd=tmp_path,
     )  # fmt: skip
     await asyncio.wait_for(servicer.infer_seen.wait(), timeout=60)  # the load is running
     proc.send_signal(signal.SIGINT)
@@ -136,7 +138,7 @@ async def test_ctrl_c_prints_the_summary_and_exits_0(
 
 async def test_classify_prints_top_5(target: str, good_images: Path, tmp_path: Path) -> None:
     files = [good_images / "a.jpg", good_images / "b.png"]
-    r = await cli("--target", target, "--classify", *map(str, files), cwd=tmp_path)
+    r = await cli("classify", "--target", target, *map(str, files), cwd=tmp_path)
     assert r.rc == 0, r.err
     lines = r.out.splitlines()
     assert len(lines) == 12
@@ -152,7 +154,7 @@ async def test_classify_json_and_a_bad_file(target: str, good_images: Path, tmp_
     good = good_images / "c.jpg"
     missing = tmp_path / "missing.jpg"
     r = await cli(
-        "--target", target, "--json", "--top-k", "3", "--classify", str(good), str(bad),
+        "classify", "--target", target, "--json", "--top-k", "3", str(good), str(bad),
         str(missing), cwd=tmp_path,
     )  # fmt: skip
     assert r.rc == 1
@@ -167,7 +169,9 @@ async def test_unreachable_target_exits_with_a_message(unused_target: str, tmp_p
     images = tmp_path / "imgs"
     images.mkdir()
     (images / "a.jpg").write_bytes(b"whatever")
-    r = await cli("--target", unused_target, "--images", str(images), "--wait", "0.5", cwd=tmp_path)
+    r = await cli(
+        "load", "--target", unused_target, "--images", str(images), "--wait", "0.5", cwd=tmp_path
+    )  # fmt: skip
     assert r.rc == 3
     assert f"{unused_target} is not ready after 0.5 s" in r.err
     assert "UNAVAILABLE" in r.err
@@ -175,7 +179,7 @@ async def test_unreachable_target_exits_with_a_message(unused_target: str, tmp_p
 
 
 async def test_target_comes_from_the_environment(tmp_path: Path) -> None:
-    r = await cli("--classify", "x.jpg", "--wait", "0", cwd=tmp_path)
+    r = await cli("classify", "x.jpg", "--wait", "0", cwd=tmp_path)
     assert r.rc == 3
     assert "127.0.0.1:1 is not ready" in r.err
 
@@ -184,7 +188,7 @@ async def test_an_unknown_model_fails_at_once_naming_the_served_ones(
     target: str, tmp_path: Path
 ) -> None:
     r = await cli(
-        "--target", target, "--model", "nope", "--classify", "x.jpg", "--wait", "0", cwd=tmp_path
+        "classify", "--target", target, "--model", "nope", "x.jpg", "--wait", "0", cwd=tmp_path
     )
     assert r.rc == 3
     assert (
@@ -193,7 +197,7 @@ async def test_an_unknown_model_fails_at_once_naming_the_served_ones(
 
 
 async def test_missing_default_image_dir_is_built(target: str, tmp_path: Path) -> None:
-    r = await cli("--target", target, "--count", "2", "--json", cwd=tmp_path)
+    r = await cli("load", "--target", target, "--count", "2", "--json", cwd=tmp_path)
     assert r.rc == 0, r.err
     assert (tmp_path / ".run" / "samples" / "chelsea.jpg").is_file()
     assert json.loads(r.out)["images"] == 2
@@ -201,7 +205,7 @@ async def test_missing_default_image_dir_is_built(target: str, tmp_path: Path) -
 
 @pytest.mark.parametrize("flag", ["--concurrency=0", "--duration=-1", "--batch=x"])
 async def test_bad_flags_are_usage_errors(flag: str, tmp_path: Path) -> None:
-    r = await cli(flag, cwd=tmp_path)
+    r = await cli("load", flag, cwd=tmp_path)
     assert r.rc == 2
     assert "Traceback" not in r.err
 
@@ -212,8 +216,8 @@ async def test_web_view_serves_the_running_load(
     target, _ = fake
     port = free_port()
     proc = await start(
-        "--target", target, "--images", str(good_images), "--duration", "120", "--json",
-        "--web", "--web-port", str(port), "--envoy-admin", "", cwd=tmp_path,
+        "load", "--target", target, "--images", str(good_images), "--duration", "120",
+        "--json", "--web", "--web-port", str(port), "--envoy-admin", "", cwd=tmp_path,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     async with aiohttp.ClientSession() as session:
@@ -245,18 +249,14 @@ async def test_web_view_serves_the_running_load(
     assert f"web view: {url}/" in r.err
 
 
-async def test_web_view_does_not_go_with_classify(tmp_path: Path) -> None:
-    r = await cli("--web", "--classify", "x.jpg", cwd=tmp_path)
-    assert r.rc == 1
-    assert "--web shows a load run" in r.err
-
-
 async def test_a_taken_web_port_is_a_clear_error(good_images: Path, tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        r = await cli("--web", "--web-port", str(port), "--images", str(good_images), cwd=tmp_path)
+        r = await cli(
+            "load", "--web", "--web-port", str(port), "--images", str(good_images), cwd=tmp_path
+        )
     assert r.rc == 1
     assert f"cannot serve the web view on 127.0.0.1:{port}" in r.err
     assert "Traceback" not in r.err
@@ -271,6 +271,6 @@ async def test_a_taken_web_port_is_a_clear_error(good_images: Path, tmp_path: Pa
     ],
 )
 async def test_unreadable_tls_files_are_named(flags: list[str], words: str, tmp_path: Path) -> None:
-    r = await cli("--classify", "cat.jpg", *flags, cwd=tmp_path)
+    r = await cli("classify", "cat.jpg", *flags, cwd=tmp_path)
     assert r.rc == 1 and words in r.err, r.err
     assert "Traceback" not in r.err

@@ -1,6 +1,7 @@
-"""``--video`` and its API against the in-process fake server, which answers each chunk with a
-frame at once: results arrive while the upload goes on; the sequence is what tritonclient sends
-for a stateful stream; the CLI prints each frame, or one JSON object, and fails with a message."""
+"""``python -m demo_client video`` and its API against the in-process fake server, which answers
+each chunk with a frame at once: results arrive while the upload goes on; the sequence is what
+tritonclient sends for a stateful stream; the CLI prints each frame, or one JSON object, and fails
+with a message."""
 
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ async def test_a_refused_video_raises_with_the_servers_status(target: str, tmp_p
 
 async def test_cli_video_json(target: str, video_file: Path, tmp_path: Path) -> None:
     r = await cli(
-        "--target", target, "--video", str(video_file), "--chunk-bytes", str(CHUNK), "--json",
+        "video", "--target", target, str(video_file), "--chunk-bytes", str(CHUNK), "--json",
         cwd=tmp_path,
     )  # fmt: skip
     assert r.rc == 0, r.err
@@ -106,7 +107,7 @@ async def test_cli_video_prints_each_frame_and_a_summary(
     target: str, video_file: Path, tmp_path: Path
 ) -> None:
     r = await cli(
-        "--target", target, "--video", str(video_file), "--chunk-bytes", str(CHUNK), "--fps",
+        "video", "--target", target, str(video_file), "--chunk-bytes", str(CHUNK), "--fps",
         "1", cwd=tmp_path,
     )  # fmt: skip
     assert r.rc == 0, r.err
@@ -118,13 +119,16 @@ async def test_cli_video_prints_each_frame_and_a_summary(
 
 @pytest.mark.parametrize(
     ("name", "words"),
-    [("missing.mp4", "cannot read --video"), ("bad.mkv", "INVALID_ARGUMENT: video: not a video")],
+    [
+        ("missing.mp4", "missing.mp4: No such file"),
+        ("bad.mkv", "INVALID_ARGUMENT: video: not a video"),
+    ],
 )
 async def test_cli_video_fails_with_a_message(
     target: str, tmp_path: Path, name: str, words: str
 ) -> None:
     (tmp_path / "bad.mkv").write_bytes(BAD)
-    r = await cli("--target", target, "--video", str(tmp_path / name), "--json", cwd=tmp_path)
+    r = await cli("video", "--target", target, str(tmp_path / name), "--json", cwd=tmp_path)
     assert r.rc == 1
     assert words in r.err
     assert "Traceback" not in r.err
@@ -137,7 +141,7 @@ async def test_cli_video_ctrl_c_prints_what_it_has_and_exits_130(
     video = tmp_path / "slow.mkv"
     video.write_bytes(SLOW + bytes(5000))
     servicer.video_seen.clear()
-    proc = await start("--target", target, "--video", str(video), "--json", cwd=tmp_path)
+    proc = await start("video", "--target", target, str(video), "--json", cwd=tmp_path)
     await asyncio.wait_for(servicer.video_seen.wait(), timeout=60)  # the upload is going on
     proc.send_signal(signal.SIGINT)
     r = await finish(proc)

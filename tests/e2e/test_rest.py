@@ -170,8 +170,8 @@ async def test_a_body_over_the_message_limit_is_413(public_rest_url: str) -> Non
     assert again == 200  # the service stays up
 
 
-def demo_client(*args: str) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "demo_client", "--protocol", "http", "--json", *args]
+def demo_client(command: str, *args: str) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "demo_client", command, "--protocol", "http", "--json", *args]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     result: dict[str, Any] = json.loads(done.stdout)
@@ -180,9 +180,10 @@ def demo_client(*args: str) -> dict[str, Any]:
 
 def test_the_demo_client_over_rest(stack: StackConfig, tmp_path: Path) -> None:
     target = f"127.0.0.1:{stack.public_port}"
-    summary = demo_client("--target", target, "--duration", "3", "--concurrency", "4")
+    summary = demo_client("load", "--target", target, "--duration", "3", "--concurrency", "4")
     assert summary["images"] > 0 and summary["errors"] == 0, summary
     cat = tmp_path / "cat.jpg"
     cat.write_bytes(media.cat_jpeg())
-    [top, *_] = demo_client("--target", target, "--classify", str(cat), "--top-k", "3")[str(cat)]
+    results = demo_client("classify", "--target", target, str(cat), "--top-k", "3")
+    [top, *_] = results[str(cat)]
     assert top["index"] in media.CAT_CLASSES

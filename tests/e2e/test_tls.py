@@ -186,7 +186,8 @@ async def test_middlemans_rest_port_refuses_a_client_without_a_certificate(
 
 
 def demo_client(*args: str, wait_s: float = 30) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "demo_client", "--json", "--wait", str(wait_s), *args]
+    argv = [sys.executable, "-m", "demo_client", "classify", "--json", "--wait", str(wait_s)]
+    argv += args
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -196,7 +197,7 @@ def test_the_demo_client_classifies_over_tls_with_ca(
 ) -> None:
     cat = tmp_path / "cat.jpg"
     cat.write_bytes(media.cat_jpeg())
-    common = ("--target", public(tls_stack), "--protocol", protocol, "--classify", str(cat))
+    common = ("--target", public(tls_stack), "--protocol", protocol, str(cat))
     done = demo_client(*common, "--ca", ca)
     assert done.returncode == 0, done.stderr
     [top, *_] = json.loads(done.stdout)[str(cat)]

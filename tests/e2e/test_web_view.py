@@ -1,6 +1,6 @@
 """The demo client's web view in a real browser, against the session's stack.
 
-``python -m demo_client --web`` runs its load on the stack's public endpoint and takes the
+``python -m demo_client load --web`` runs its load on the stack's public endpoint and takes the
 per-replica lines from the stack's Envoy admin; Debian's chromium, driven by playwright, loads
 the page from it (the system browser: no browser is ever downloaded). The chart shows
 images/s; Triton is scaled to two replicas as ``make scale`` does, and a second replica's line
@@ -71,7 +71,7 @@ async def web_view(stack: StackConfig, tmp_path: Path) -> AsyncIterator[str]:
     log = tmp_path / "demo-client.log"
     with log.open("wb") as err:
         proc = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "demo_client", "--web", "--web-port", str(port)),
+            *(sys.executable, "-m", "demo_client", "load", "--web", "--web-port", str(port)),
             *("--target", f"127.0.0.1:{stack.public_port}", "--envoy-admin", stack.admin_url),
             *("--concurrency", str(CONCURRENCY), "--duration", "3600", "--json"),
             cwd=tmp_path,
@@ -174,7 +174,7 @@ VIDEO_SCREENSHOT = ROOT / "build" / "artifacts" / "web-video.png"
 async def test_the_web_view_follows_a_video_streamed_in_chunks(
     stack: StackConfig, tmp_path: Path
 ) -> None:
-    """``--video FILE --web``: the page shows frames/s and each sampled frame's label as the
+    """``video FILE --web``: the page shows frames/s and each sampled frame's label as the
     video streams in chunks (a minute of the panning cat, 4 frames a second sampled)."""
     executable = chromium()
     from playwright.async_api import async_playwright
@@ -190,7 +190,7 @@ async def test_the_web_view_follows_a_video_streamed_in_chunks(
             executable_path=executable, args=["--no-sandbox"]
         )
         proc = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "demo_client", "--video", str(video), "--fps", "4"),
+            *(sys.executable, "-m", "demo_client", "video", str(video), "--fps", "4"),
             *("--chunk-bytes", "16384", "--web", "--web-port", str(port), "--json"),
             *("--target", f"127.0.0.1:{stack.public_port}", "--envoy-admin", stack.admin_url),
             cwd=tmp_path,
