@@ -22,11 +22,12 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from bench.benchlib import ROOT, demo_client, direct_pipeline, local_stack, write_result
+from bench.benchlib import ROOT, demo_client, local_stack, write_result
 from demo_client.samples import build_samples
 from inferline.imaging.decode import Geometry, Limits, decode_image
 from inferline_models.onnx_backend import OnnxRunner, default_threads
 from inferline_models.repository import MODEL_NAME, load_spec, onnx_path
+from inferline_testing.direct import direct_pipeline
 
 console = Console()
 
@@ -65,7 +66,8 @@ def main() -> None:
     # The ceiling is measured before and after the pipelines and the higher one is used: this
     # machine's speed drifts between runs, and a low ceiling would flatter the ratio.
     ceilings = [ceiling()]
-    with direct_pipeline(Path(tempfile.mkdtemp(prefix="inferline-bench-")), args.repository) as url:
+    run_dir = Path(tempfile.mkdtemp(prefix="inferline-bench-"))
+    with direct_pipeline(run_dir, args.repository, MODEL_NAME) as url:
         demo_client(url, 3, args.concurrency)  # warm-up: connections, thread pools
         pipeline = demo_client(url, args.duration, args.concurrency)
     # The deployed shape for comparison: Envoy in front of every hop, each placement (the

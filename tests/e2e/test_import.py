@@ -4,7 +4,6 @@ real Triton behind middleman, answers as ONNX Runtime answers on the same pixels
 
 from __future__ import annotations
 
-import functools
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,11 +16,9 @@ import pytest
 import tritonclient.grpc as triton
 
 from inferline.imaging.decode import Geometry, Limits, decode_image
-from inferline_stack.health import wait_ready
-from inferline_stack.processes import ProcessTable
 from inferline_testing import media
+from inferline_testing.direct import direct_pipeline
 from inferline_testing.networks import MEAN, STD, export_nhwc_mean_std
-from inferline_testing.ports import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -59,39 +56,8 @@ def imported(exported: Path) -> Path:
 @pytest.fixture(scope="module")
 def middleman(imported: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Triton serving the imported model, and middleman (decoding in process) in front."""
-    table = ProcessTable(tmp_path_factory.mktemp("import-run"))
-    triton_port, middleman_port = free_port(), free_port()
-    processes = {
-        "triton": (
-            [sys.executable, "-m", "inferline_models.triton", f"--repository={imported}",
-             f"--model={NAME}", "--address=127.0.0.1", f"--grpc-port={triton_port}",
-             f"--http-port={free_port()}", f"--metrics-port={free_port()}"],
-            {},
-            f"127.0.0.1:{triton_port}",
-            NAME,
-        ),
-        "middleman": (
-            [sys.executable, "-m", "middleman"],
-            {"INFERLINE_MIDDLEMAN_HOST": "127.0.0.1",
-             "INFERLINE_MIDDLEMAN_PORT": str(middleman_port),
-             "INFERLINE_MIDDLEMAN_METRICS_PORT": str(free_port()),
-             "INFERLINE_MIDDLEMAN_REST_PORT": str(free_port()),
-             "INFERLINE_MIDDLEMAN_TRITON_URL": f"127.0.0.1:{triton_port}",
-             "INFERLINE_MIDDLEMAN_TRITON_MODEL": NAME,
-             "INFERLINE_MIDDLEMAN_REPOSITORY": str(imported)},
-            f"127.0.0.1:{middleman_port}",
-            "classifier",
-        ),
-    }  # fmt: skip
-    try:
-        for name, (argv, env, address, model) in processes.items():
-            table.start(name, argv, env)
-            running = functools.partial(table.running, name)
-            if not wait_ready(address, model, START_TIMEOUT_S, running):
-                pytest.fail(f"{name} did not become ready:\n{table.log_tail(name)}")
-        yield f"127.0.0.1:{middleman_port}"
-    finally:
-        table.stop_all(list(processes), 10)
+    with direct_pipeline(tmp_path_factory.mktemp("import-run"), imported, NAME) as address:
+        yield address
 
 
 def reference(model: Path, image: bytes) -> npt.NDArray[np.float32]:
