@@ -44,6 +44,10 @@ class Decoded:
             raise ValueError(f"out is {out.dtype} {list(out.shape)}; expected uint8 {list(shape)}")
         return cls(out, [None] * count)
 
+    def messages(self) -> list[bytes]:
+        """``ERRORS``: per image, b"" when it decoded, else why it was refused."""
+        return [b"" if e is None else str(e).encode() for e in self.errors]
+
 
 class ImageBackend(Protocol):
     name: str

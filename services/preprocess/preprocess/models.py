@@ -51,6 +51,6 @@ def video_model(crop: int) -> Model:
     )
 
 
-def describe(name: str, crop: int, max_batch: int) -> Model:
-    """Model ``name`` (one of :data:`MODELS`)."""
-    return video_model(crop) if name == VIDEO_MODEL else image_model(crop, max_batch)
+def describe(crop: int, max_batch: int) -> dict[str, Model]:
+    """Every model of :data:`MODELS`, by name."""
+    return {MODEL: image_model(crop, max_batch), VIDEO_MODEL: video_model(crop)}

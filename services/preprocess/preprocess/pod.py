@@ -33,7 +33,7 @@ from preprocess import metrics
 from preprocess.geometries import Decoders
 from preprocess.local_triton import LocalTriton, ModelSpec
 from preprocess.models import IMAGE_HINT, MODELS
-from preprocess.service import PreprocessService, ServiceSettings, counted
+from preprocess.service import PreprocessService, ServiceSettings, count_images, counted
 from preprocess.shm import NoSlot
 
 logger = logging.getLogger(__name__)
@@ -148,18 +148,13 @@ class PodService(PreprocessService):
             except NoSlot as exc:
                 metrics.REFUSED.labels("shared_memory").inc()
                 raise InferError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc} (load)") from None
-        failed = [e for e in decoded.errors if e is not None]
-        for error in failed:
-            metrics.ERRORS.labels(images.name, "image", error.kind).inc()
-        metrics.IMAGES.labels(images.name).inc(len(items) - len(failed))
-        metrics.BYTES_IN.labels(images.name, "image").inc(sum(map(len, items)))
+        count_images(images.name, items, decoded)
         metrics.SHM_BYTES.inc(decoded.tensors.nbytes)
         if errors_wanted:
-            messages = [b"" if e is None else str(e).encode() for e in decoded.errors]
             tensor = response.outputs.add(
                 name=preprocessing.ERRORS, datatype="BYTES", shape=[len(items)]
             )
-            response.raw_output_contents.append(kserve.join_bytes(messages))
+            response.raw_output_contents.append(kserve.join_bytes(decoded.messages()))
         return response
 
     # -- video: frames inferred in the pod -----------------------------------------------------

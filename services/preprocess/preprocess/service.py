@@ -34,30 +34,21 @@ import numpy as np
 import numpy.typing as npt
 from tritonclient.grpc import service_pb2
 
-from inferline import kserve
+from inferline import kserve, preprocessing
 from inferline.admission import Admission, Overloaded, Ticket
-from inferline.described import VERSION, Model
+from inferline.described import VERSION
 from inferline.errors import InferError, grpc_boundary, grpc_stream_boundary, invalid
 from inferline.imaging.decode import DecodeError, Geometry
 from inferline.imaging.streaming import read_as_decoded, read_chunks
 from inferline.imaging.upload import Spool
 from inferline.imaging.video import FrameChunk, Sampling
-from inferline.preprocessing import (
-    ERRORS,
-    FINAL_RESPONSE,
-    FRAME_INDEX,
-    MODEL,
-    TENSOR,
-    TIMESTAMP,
-    VIDEO,
-    VIDEO_MODEL,
-)
+from inferline.preprocessing import MODEL, VIDEO_MODEL
 from inferline.sequence import ChunkedVideo, chunked, spooled
 from inferline.servicer import Context, KServeServicer
 from preprocess import geometries, metrics
-from preprocess.backends import ImageBackend, VideoBackend
+from preprocess.backends import Decoded, ImageBackend, VideoBackend
 from preprocess.geometries import Decoders, TooManyGeometries
-from preprocess.models import IMAGE_HINT, MODELS, VIDEO_HINT, describe, image_model, video_model
+from preprocess.models import IMAGE_HINT, MODELS, VIDEO_HINT, describe
 
 logger = logging.getLogger(__name__)
 
@@ -80,9 +71,7 @@ class PreprocessService(KServeServicer):
     def __init__(self, decoders: Decoders, settings: ServiceSettings) -> None:
         self.decoders, self.settings = decoders, settings
         self.executor = ThreadPoolExecutor(settings.video_threads, thread_name_prefix="video")
-        crop = decoders.default.crop
-        self.image_outputs = image_model(crop, settings.max_batch).output_names
-        self.video_outputs = video_model(crop).output_names
+        self.described = describe(decoders.default.crop, settings.max_batch)
 
     async def backends(
         self, request: service_pb2.ModelInferRequest
@@ -107,17 +96,14 @@ class PreprocessService(KServeServicer):
         self, request: service_pb2.ModelMetadataRequest, context: Context
     ) -> service_pb2.ModelMetadataResponse:
         self.check_model(request.name, request.version)
-        return self._described(request.name).metadata()
+        return self.described[request.name].metadata()
 
     @grpc_boundary
     async def ModelConfig(
         self, request: service_pb2.ModelConfigRequest, context: Context
     ) -> service_pb2.ModelConfigResponse:
         self.check_model(request.name, request.version)
-        return service_pb2.ModelConfigResponse(config=self._described(request.name).config())
-
-    def _described(self, name: str) -> Model:
-        return describe(name, self.decoders.default.crop, self.settings.max_batch)
+        return service_pb2.ModelConfigResponse(config=self.described[request.name].config())
 
     # -- images -------------------------------------------------------------------------------
 
@@ -128,8 +114,8 @@ class PreprocessService(KServeServicer):
         self.check_model(request.model_name, request.model_version)
         if request.model_name == VIDEO_MODEL:
             raise invalid(f"model {VIDEO_MODEL!r} streams its frames: call ModelStreamInfer")
-        wanted = _requested(request, self.image_outputs)
-        items = kserve.find_batch(request, "IMAGE", IMAGE_HINT, self.settings.max_batch)
+        wanted = _requested(request, self.described[MODEL].output_names)
+        items = kserve.find_batch(request, preprocessing.IMAGE, IMAGE_HINT, self.settings.max_batch)
         _, images, _ = await self.backends(request)
         with self._admitted(sum(map(len, items)), context, "image"):
             start = time.perf_counter()
@@ -140,19 +126,13 @@ class PreprocessService(KServeServicer):
         response = service_pb2.ModelInferResponse(
             model_name=MODEL, model_version=VERSION, id=request.id
         )
-        messages = [b"" if e is None else str(e).encode() for e in decoded.errors]
         outputs: dict[str, npt.NDArray[Any]] = {
-            TENSOR: decoded.tensors,
-            ERRORS: np.array(messages, dtype=np.object_),
+            preprocessing.TENSOR: decoded.tensors,
+            preprocessing.ERRORS: np.array(decoded.messages(), dtype=np.object_),
         }
         for name in wanted:
             kserve.add_output(response, name, outputs[name])
-
-        failed = [e for e in decoded.errors if e is not None]
-        for error in failed:
-            metrics.ERRORS.labels(backend, "image", error.kind).inc()
-        metrics.IMAGES.labels(backend).inc(len(items) - len(failed))
-        metrics.BYTES_IN.labels(backend, "image").inc(sum(len(i) for i in items))
+        count_images(backend, items, decoded)
         metrics.BYTES_OUT.labels(backend, "image").inc(decoded.tensors.nbytes)
         return response
 
@@ -205,9 +185,11 @@ class PreprocessService(KServeServicer):
         self.check_model(request.model_name, request.model_version)
         if request.model_name != VIDEO_MODEL:
             raise invalid(f"model {request.model_name!r} is not streamed: call ModelInfer")
-        video = kserve.find_input(request, VIDEO, "BYTES", VIDEO_HINT)
+        video = kserve.find_input(request, preprocessing.VIDEO, "BYTES", VIDEO_HINT)
         if video.shape != (1,):
-            raise invalid(f"input {VIDEO!r} must have shape [1]; got {list(video.shape)}")
+            raise invalid(
+                f"input {preprocessing.VIDEO!r} must have shape [1]; got {list(video.shape)}"
+            )
         return bytes(video[0])
 
     def _sampling(self, request: service_pb2.ModelInferRequest) -> Sampling:
@@ -222,7 +204,7 @@ class PreprocessService(KServeServicer):
         self, request: service_pb2.ModelInferRequest, context: Context
     ) -> AsyncIterator[service_pb2.ModelInferResponse]:
         data = self._video_bytes(request)
-        wanted = _requested(request, self.video_outputs)
+        wanted = _requested(request, self.described[VIDEO_MODEL].output_names)
         sampling = self._sampling(request)
         geometry, _, backends = await self.backends(request)
         loop = asyncio.get_running_loop()
@@ -244,7 +226,7 @@ class PreprocessService(KServeServicer):
         self, first: service_pb2.ModelInferRequest, video: ChunkedVideo, context: Context
     ) -> AsyncIterator[service_pb2.ModelInferResponse]:
         """A video in chunks: spooled as it arrives, decoded while it does."""
-        wanted = _requested(first, self.video_outputs)
+        wanted = _requested(first, self.described[VIDEO_MODEL].output_names)
         sampling = self._sampling(first)
         geometry, _, backends = await self.backends(first)
         backend = "opencv"  # whatever the image backend: DALI takes whole files only
@@ -300,14 +282,23 @@ class PreprocessService(KServeServicer):
             model_name=VIDEO_MODEL, model_version=VERSION, id=request.id
         )
         outputs: dict[str, npt.NDArray[Any]] = {
-            TENSOR: chunk.tensors,
-            FRAME_INDEX: chunk.indices,
-            TIMESTAMP: chunk.timestamps,
+            preprocessing.TENSOR: chunk.tensors,
+            preprocessing.FRAME_INDEX: chunk.indices,
+            preprocessing.TIMESTAMP: chunk.timestamps,
         }
         for name in wanted:
             kserve.add_output(response, name, outputs[name])
-        response.parameters[FINAL_RESPONSE].bool_param = final
+        response.parameters[preprocessing.FINAL_RESPONSE].bool_param = final
         return response
+
+
+def count_images(backend: str, items: list[bytes], decoded: Decoded) -> None:
+    """A batch decoded: its images, refusals by kind, and encoded bytes counted."""
+    failed = [e for e in decoded.errors if e is not None]
+    for error in failed:
+        metrics.ERRORS.labels(backend, "image", error.kind).inc()
+    metrics.IMAGES.labels(backend).inc(len(items) - len(failed))
+    metrics.BYTES_IN.labels(backend, "image").inc(sum(map(len, items)))
 
 
 async def counted(

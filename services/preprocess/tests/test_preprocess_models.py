@@ -68,6 +68,7 @@ def test_preprocess_video_streams_frames_with_their_positions_unbatched() -> Non
 
 def test_every_served_model_is_described_under_its_own_name() -> None:
     assert MODELS == ("preprocess", "preprocess_video")
-    for name in MODELS:
-        model = describe(name, CROP, MAX_BATCH)
+    described = describe(CROP, MAX_BATCH)
+    assert tuple(described) == MODELS
+    for name, model in described.items():
         assert model.name == model.metadata().name == model.config().name == name
