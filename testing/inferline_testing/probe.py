@@ -24,17 +24,16 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
-from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.grpc import service_pb2
 
 from inferline import kserve, logs
-from inferline.server import serve_until_signal, start_server
-from inferline.servicer import Context, KServeServicer
+from inferline.server import serve_until_signal
+from inferline.servicer import Context, KServeServicer, serve
 
 logger = logging.getLogger(__name__)
 
 STATS_MODEL = "probe_stats"
 DEFAULT_OUTPUT = "PROBABILITIES"
-SERVICE_NAME = "inference.GRPCInferenceService"
 
 
 class ProbeService(KServeServicer):
@@ -78,13 +77,7 @@ class ProbeService(KServeServicer):
 
 async def main(args: argparse.Namespace) -> None:
     service = ProbeService(args.id, args.delay_ms / 1000)
-    running = await start_server(
-        "probe",
-        args.port,
-        [lambda s: service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(service, s)],
-        [SERVICE_NAME],
-        host=args.host,
-    )
+    running = await serve("probe", args.port, service, host=args.host)
     logger.info("probe %s ready on port %d", args.id, running.port)
     await serve_until_signal(running, args.grace_s)
 
