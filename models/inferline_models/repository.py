@@ -13,6 +13,8 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from inferline.catalog import LABELS_FILE
+
 MODEL_NAME = "efficientnet_lite0"
 INPUT_NAME = "INPUT"
 OUTPUT_NAME = "PROBS"
@@ -21,7 +23,6 @@ NUM_CLASSES = 1000
 MAX_BATCH_SIZE = 64
 MAX_QUEUE_DELAY_US = 500
 CONFIG_FILE = "config.pbtxt"
-LABELS_FILE = "labels.txt"
 ONNX_FILE = "model.onnx"
 VERSION = 1
 
