@@ -3,7 +3,6 @@ JPEGs, result files."""
 
 from __future__ import annotations
 
-import functools
 import json
 import subprocess
 import sys
@@ -15,14 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from inferline_stack.config import MIDDLEMAN, StackConfig
-from inferline_stack.health import wait_ready
+from inferline_stack.config import StackConfig
 from inferline_stack.processes import ProcessTable
-from inferline_stack.services import settings
 from inferline_stack.stack import down, up
 from inferline_testing import media
 from inferline_testing.overload import SIMULATED
-from inferline_testing.ports import config_on_free_ports, free_port
+from inferline_testing.ports import config_on_free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -70,50 +67,6 @@ def overload_stack(model: str, name: str) -> Iterator[StackConfig]:
         local_stack(Path(tmp), model_repository=repository, **overrides) as config,
     ):
         yield config
-
-
-@contextmanager
-def direct_pipeline(run_dir: Path, repository: Path) -> Iterator[str]:
-    """Triton and middleman alone, middleman decoding in process and calling Triton directly:
-    the smallest pipeline around the model (no Envoy, no batcher). Yields the public address."""
-    table = ProcessTable(run_dir)
-    grpc_port, middleman_port = free_port(), free_port()
-    triton = f"127.0.0.1:{grpc_port}"
-    processes = {
-        "triton": (
-            [
-                sys.executable,
-                "-m",
-                "inferline_models.triton",
-                f"--repository={repository}",
-                f"--grpc-port={grpc_port}",
-                f"--http-port={free_port()}",
-                f"--metrics-port={free_port()}",
-            ],
-            {},
-            (triton, "efficientnet_lite0"),
-        ),
-        "middleman": (
-            [sys.executable, "-m", "middleman"],
-            settings(
-                MIDDLEMAN,
-                port=middleman_port,
-                metrics_port=free_port(),
-                rest_port=free_port(),
-                triton_url=triton,
-                preprocess_url="",
-            ),
-            (f"127.0.0.1:{middleman_port}", "classifier"),
-        ),
-    }
-    try:
-        for name, (argv, env, (address, model)) in processes.items():
-            table.start(name, argv, env)
-            if not wait_ready(address, model, 180, functools.partial(table.running, name)):
-                raise SystemExit(f"{name} did not start:\n{table.log_tail(name)}")
-        yield f"127.0.0.1:{middleman_port}"
-    finally:
-        table.stop_all(list(reversed(processes)))
 
 
 def demo_client(target: str, duration: float, concurrency: int, *extra: str) -> dict[str, Any]:
