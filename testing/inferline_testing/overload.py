@@ -1,7 +1,9 @@
 """Overload, measured: the pipeline's capacity, a crowd of ten times it (closed and open
 loop), how fast refusals come, each process's memory meanwhile, and how soon latency recovers
-once the crowd leaves. Shared by the overload test (tests/e2e/test_overload.py) and
-``make bench-overload``, so the figures in the note and the ones asserted come from one code.
+once the crowd leaves, and how requests with a deadline shorter than the fastest answer are
+refused. Shared by the overload test (tests/e2e/test_overload.py), which asserts what is
+refused and how, and ``make bench-overload``, which reports these figures against the goals
+(how fast, how much), so both come from one code.
 """
 
 from __future__ import annotations
@@ -11,10 +13,18 @@ import contextlib
 import json
 import sys
 import tempfile
+import time
+import urllib.request
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import tritonclient.grpc.aio as triton
+from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.utils import InferenceServerException
 
 from demo_client.client import open_clients
 from demo_client.load import LoadConfig, run_load
@@ -22,6 +32,7 @@ from demo_client.stats import Recorder, Summary, percentiles_ms
 from inferline_stack.config import StackConfig
 from inferline_stack.processes import ProcessTable
 from inferline_testing.procfs import group_usage
+from inferline_testing.waits import wait_for_state
 
 MiB = 1024 * 1024
 
@@ -297,6 +308,83 @@ async def measure(config: StackConfig, images: list[bytes], duration_s: float) -
     return Report(unloaded, capacity, crowds)
 
 
+def triton_inferences(config: StackConfig) -> float:
+    """Items Triton inferred so far (``nv_inference_count``), from its own metrics."""
+    url = f"http://127.0.0.1:{config.replica_ports('triton', 0)[2]}/metrics"
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "nv_inference_count"
+        for sample in family.samples
+    )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    elapsed_s: float
+    status: str  # "StatusCode.DEADLINE_EXCEEDED", …; "" when answered
+    message: str
+
+
+SHORT_DEADLINE_S = 0.05
+SHORT_CALLERS = 48  # the background load meanwhile
+
+
+@dataclass(frozen=True)
+class ShortDeadlines:
+    """Requests with a deadline shorter than the pipeline's fastest answer, sent one at a time
+    under load; the background load's summary, and the items Triton inferred meanwhile."""
+
+    outcomes: list[Outcome]
+    background: Summary
+    inferred: float
+
+    def refused(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status.endswith("DEADLINE_EXCEEDED")]
+
+    def to_dict(self) -> dict[str, Any]:
+        refused = self.refused()
+        slowest = max((o.elapsed_s for o in refused), default=None)
+        return {
+            "deadline_ms": SHORT_DEADLINE_S * 1000,
+            "background_callers": SHORT_CALLERS,
+            "requests": len(self.outcomes),
+            "by_status": dict(Counter(o.status or "OK" for o in self.outcomes)),
+            "refused": len(refused),
+            "slowest_refusal_ms": None if slowest is None else round(slowest * 1000, 1),
+        }
+
+
+async def short_deadlines(
+    config: StackConfig, images: Sequence[bytes], count: int = 20
+) -> ShortDeadlines:
+    """``count`` requests of ``images[0]`` with a :data:`SHORT_DEADLINE_S` deadline, once the
+    background load (:data:`SHORT_CALLERS` callers) has had Triton answer a few batches."""
+    target = f"127.0.0.1:{config.public_port}"
+    before = triton_inferences(config)
+    background = asyncio.create_task(
+        offer(target, images, duration_s=8.0, concurrency=SHORT_CALLERS, channels=2)
+    )
+    tensor = triton.InferInput("IMAGE", [1], "BYTES")
+    tensor.set_data_from_numpy(np.array([images[0]], dtype=np.object_))
+    outcomes = []
+    async with open_clients(target) as (client,):
+        await wait_for_state(
+            lambda: triton_inferences(config) - before >= 96, 60.0, "background load"
+        )
+        for _ in range(count):
+            start = time.perf_counter()
+            try:
+                await client.infer("classifier", [tensor], client_timeout=SHORT_DEADLINE_S)
+                status, message = "", ""
+            except InferenceServerException as error:
+                status, message = str(error.status()), str(error.message())
+            outcomes.append(Outcome(time.perf_counter() - start, status, message))
+    summary = await background
+    return ShortDeadlines(outcomes, summary, triton_inferences(config) - before)
+
+
 def table(result: dict[str, Any]) -> str:
     """A :meth:`Report.to_dict` as the table ``make bench-overload`` prints."""
     lines = [
@@ -322,4 +410,15 @@ def table(result: dict[str, Any]) -> str:
         "the crowd stopped sending until every probe request was within "
         f"{result['recovery_bound_ms']} ms (None: not within the probe's 10 s)"
     )
+    if short := result.get("short_deadline"):
+        lines.append(short_deadline_line(short))
     return "\n".join(lines)
+
+
+def short_deadline_line(short: dict[str, Any]) -> str:
+    """A :meth:`ShortDeadlines.to_dict` in a line."""
+    return (
+        f"{short['deadline_ms']:g} ms requests under {short['background_callers']} callers: "
+        f"{short['refused']} of {short['requests']} refused DEADLINE_EXCEEDED, the slowest in "
+        f"{short['slowest_refusal_ms']} ms; by status {short['by_status']}"
+    )
