@@ -17,7 +17,7 @@ import numpy as np
 from tritonclient.grpc import service_pb2
 
 from batcher import batching
-from inferline import kserve
+from inferline import kserve, preprocessing
 from inferline.errors import InferError
 from inferline.imaging.decode import Geometry
 from inferline.imaging.video import Sampling
@@ -25,6 +25,8 @@ from middleman import inputs, outputs
 from middleman.outputs import ClassifiedFrame
 from preprocess import geometries
 from preprocess import service as preprocess_service
+
+IMAGE_OUTPUTS = (preprocessing.TENSOR, preprocessing.ERRORS)  # preprocess's image model
 
 MAX_BATCH = 64  # middleman's and preprocess's default max_batch
 TOP_K = 5  # middleman's default video_top_k
@@ -104,7 +106,7 @@ def check_preprocess(request: service_pb2.ModelInferRequest) -> None:
     parameters = kserve.parameters(request)
     geometry = refused(lambda: geometries.requested(parameters, Geometry()), ValueError)
     assert geometry is None or 0 < geometry.crop <= min(geometry.resize, geometries.MAX_CROP)
-    refused(lambda: preprocess_service._requested(request, preprocess_service.IMAGE_OUTPUTS))
+    refused(lambda: preprocess_service._requested(request, IMAGE_OUTPUTS))
     items = refused(lambda: kserve.find_batch(request, "IMAGE", "images", MAX_BATCH))
     assert items is None or 1 <= len(items) <= MAX_BATCH
 
