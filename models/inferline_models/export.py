@@ -22,11 +22,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from inferline.catalog import CARD_FILE
+from inferline.catalog import CARD_FILE, LABELS_FILE
 from inferline.labels import imagenet_labels
 from inferline_models.repository import (
     CONFIG_FILE,
-    LABELS_FILE,
     MAX_BATCH_SIZE,
     MAX_QUEUE_DELAY_US,
     MODEL_NAME,
