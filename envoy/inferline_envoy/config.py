@@ -36,6 +36,14 @@ DEFAULT_LISTENERS = (("middleman", 8080), ("preprocess", 8081), ("batcher", 8082
 DEFAULT_REST = (("middleman", "middleman-rest"),)
 # What tells gRPC from the rest: gRPC's content-type, application/grpc[+proto|+json|...].
 GRPC_MATCH = {"name": "content-type", "string_match": {"prefix": "application/grpc"}}
+# Retries happen at the hop that failed, and only there. Every hop retries its own replica's
+# failures (a reset, a refused connection or stream: the replica went away) on another. Only a
+# hop whose replicas answer from themselves (a leaf: the GPU pool, the remote decoders) also
+# retries an UNAVAILABLE its replica answered; any other hop's UNAVAILABLE came from below and
+# was retried there already, so it passes up as it is (retrying it would multiply the attempts
+# at the pool by every layer's retries).
+RETRY_ON_HOP = "reset,connect-failure,refused-stream"
+RETRY_ON_LEAF = "unavailable," + RETRY_ON_HOP
 
 
 @dataclass(frozen=True)
@@ -63,8 +71,18 @@ class EnvoyParams:
     # INNER_MESSAGE_BYTES (the stack passes them; a test checks these defaults agree).
     max_pending_requests: int = 4096
     max_requests: int = 4096
-    max_retries: int = 256
+    # Retries per request at one hop, each on another replica where one is free. Not 1: right
+    # after a kill -9 LEAST_REQUEST (FULL_SCAN) picks the emptiest replica, the dead one, until
+    # outlier detection ejects it 20-70 ms later (one retry lost 2-3 of 2,300 requests there).
+    # What bounds the attempts is the budget: retries in flight at most this share of the
+    # requests in flight, so a failing pool gets about a fifth more attempts, not a multiple;
+    # at least min_retry_concurrency, so that the burst a kill -9 resets at once (every request
+    # in flight on the lost replica) is retried whole.
     num_retries: int = 3
+    retry_budget_percent: float = 20.0
+    min_retry_concurrency: int = 16
+    # The leaf hops (comma-separated clusters): UNAVAILABLE from their replicas is retried too.
+    leaf_clusters: str = "preprocess,triton"
     retry_buffer_bytes: int = 64 * 1024 * 1024 + 64 * 1024
     # TLS on the public (first) listener: certificate chain and key files ("": plaintext).
     public_tls_cert: str = ""
@@ -104,6 +122,8 @@ class EnvoyParams:
         unknown = set(self.tls_clusters) - set(names)
         if unknown:
             raise ValueError(f"upstream_tls_clusters: no listener has cluster {sorted(unknown)}")
+        if self.num_retries < 0 or not 0 <= self.retry_budget_percent <= 100:
+            raise ValueError("num_retries must be >= 0 and retry_budget_percent within 0-100")
         files = (self.upstream_tls_cert, self.upstream_tls_key, self.upstream_tls_ca)
         if self.tls_clusters and not all(files):
             raise ValueError(
@@ -114,7 +134,11 @@ class EnvoyParams:
     @property
     def tls_clusters(self) -> tuple[str, ...]:
         """The hops whose replicas Envoy reaches over mTLS."""
-        return tuple(c.strip() for c in self.upstream_tls_clusters.split(",") if c.strip())
+        return split_names(self.upstream_tls_clusters)
+
+    def retry_on(self, cluster: str) -> str:
+        """What a request to ``cluster`` is retried on (see RETRY_ON_HOP)."""
+        return RETRY_ON_LEAF if cluster in split_names(self.leaf_clusters) else RETRY_ON_HOP
 
     @property
     def xds_cluster_type(self) -> str:
@@ -146,8 +170,9 @@ class EnvoyParams:
             "max_connections": self.max_connections,
             "max_pending_requests": self.max_pending_requests,
             "max_requests": self.max_requests,
-            "max_retries": self.max_retries,
             "num_retries": self.num_retries,
+            "retry_budget_percent": self.retry_budget_percent,
+            "min_retry_concurrency": self.min_retry_concurrency,
             "retry_buffer_bytes": self.retry_buffer_bytes,
             "public_tls_cert": self.public_tls_cert,
             "public_tls_key": self.public_tls_key,
@@ -157,6 +182,11 @@ class EnvoyParams:
             "upstream_tls_key": self.upstream_tls_key,
             "upstream_tls_ca": self.upstream_tls_ca,
         }
+
+
+def split_names(text: str) -> tuple[str, ...]:
+    """The cluster names of a comma-separated setting."""
+    return tuple(c.strip() for c in text.split(",") if c.strip())
 
 
 LOCAL = EnvoyParams()
@@ -205,7 +235,7 @@ def render(params: EnvoyParams = LOCAL, template: Path | None = None) -> dict[st
     listeners, clusters = [], []
     rest = dict(params.rest)
     for name, port in params.listeners:
-        hop = {**values, "cluster": name, "port": port}
+        hop = {**values, "cluster": name, "port": port, "retry_on": params.retry_on(name)}
         listener = substitute(shapes["listener"], hop)
         listeners.append(listener)
         cluster = substitute(shapes["cluster"], hop)

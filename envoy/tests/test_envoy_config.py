@@ -55,10 +55,12 @@ def test_the_local_config_has_four_hops_over_ads() -> None:
     assert triton["health_checks"][0]["grpc_health_check"] == {}
     assert triton["outlier_detection"]["consecutive_local_origin_failure"] == 3
     limits = triton["circuit_breakers"]["thresholds"][0]
-    assert limits["max_pending_requests"] > 1024 and limits["max_retries"] > 3
+    assert limits["max_pending_requests"] > 1024
+    budget = {"budget_percent": {"value": 20.0}, "min_retry_concurrency": 16}
+    assert limits["retry_budget"] == budget
     route = listeners["triton"]["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]
     retry = route["virtual_hosts"][0]["routes"][0]["route"]["retry_policy"]
-    assert "unavailable" in retry["retry_on"] and retry["num_retries"] == 3
+    assert retry["retry_on"] == ec.RETRY_ON_LEAF and retry["num_retries"] == 3
     assert config["admin"]["address"]["socket_address"] == {
         "address": "127.0.0.1",
         "port_value": 9901,
@@ -235,3 +237,20 @@ def test_the_cli_explains_a_bad_value() -> None:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert result.returncode == 2 and "cluster=port" in result.stderr
+
+
+def test_only_the_leaf_hops_retry_an_unavailable_answer() -> None:
+    """A hop that calls further down passes an UNAVAILABLE up (it was retried below)."""
+    listeners = by_name(ec.render(ec.LOCAL)["static_resources"]["listeners"])
+    retry_on = {}
+    for name, listener in listeners.items():
+        host = listener["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]
+        for route in host["virtual_hosts"][0]["routes"]:
+            retry_on[name] = route["route"]["retry_policy"]["retry_on"]
+    assert retry_on == {
+        "middleman": ec.RETRY_ON_HOP,
+        "batcher": ec.RETRY_ON_HOP,
+        "preprocess": ec.RETRY_ON_LEAF,
+        "triton": ec.RETRY_ON_LEAF,
+    }
+    assert "unavailable" not in ec.RETRY_ON_HOP

@@ -36,6 +36,7 @@ from inferline import kserve
 from inferline_envoy import admin as envoy_admin
 from inferline_envoy import config as envoy_config
 from inferline_stack import scaling
+from inferline_stack.config import BATCHER
 from inferline_stack.services import EDS, settings
 from inferline_testing.ports import free_port
 from inferline_testing.probe import STATS_MODEL
@@ -133,12 +134,14 @@ def python(module: str, *args: str) -> list[str]:
 class Probe(Process):
     """One probe backend (``python -m inferline_testing.probe``): a replica that says who it is."""
 
-    def __init__(self, run_dir: Path, replica_id: str, delay_ms: float = 2.0) -> None:
+    def __init__(
+        self, run_dir: Path, replica_id: str, delay_ms: float = 2.0, fail: str = ""
+    ) -> None:
         self.replica_id, self.port = replica_id, free_port()
         argv = python("inferline_testing.probe", f"--port={self.port}", f"--id={replica_id}")
         super().__init__(
             f"probe {replica_id}",
-            [*argv, f"--delay-ms={delay_ms}", "--grace-s=5"],
+            [*argv, f"--delay-ms={delay_ms}", "--grace-s=5", *([f"--fail={fail}"] if fail else [])],
             run_dir / "logs" / f"{replica_id}.log",
             {},
         )
@@ -156,14 +159,21 @@ class Probe(Process):
 
     async def stats(self) -> tuple[int, float]:
         """(inference requests served, wall-clock time of the first one or 0)."""
-        async with grpc.aio.insecure_channel(self.address) as channel:
-            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-            reply = await stub.ModelInfer(
-                service_pb2.ModelInferRequest(model_name=STATS_MODEL), timeout=2.0
-            )
+        reply = await self._stats()
         requests = int(kserve.output_array(reply, "REQUESTS")[0])
         first = float(kserve.output_array(reply, "FIRST_REQUEST_UNIX")[0])
         return requests, first
+
+    async def items(self) -> int:
+        """The items (rows) it was asked to infer, failed calls included."""
+        return int(kserve.output_array(await self._stats(), "ITEMS")[0])
+
+    async def _stats(self) -> service_pb2.ModelInferResponse:
+        async with grpc.aio.insecure_channel(self.address) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            request = service_pb2.ModelInferRequest(model_name=STATS_MODEL)
+            reply: service_pb2.ModelInferResponse = await stub.ModelInfer(request, timeout=2.0)
+        return reply
 
 
 class EdsProcess(Process):
@@ -198,6 +208,36 @@ class EdsProcess(Process):
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    async def start_ready(self) -> None:
+        await self.start()
+        await wait_serving(self.address, self, START_TIMEOUT_S)
+
+
+class BatcherProcess(Process):
+    """``python -m batcher`` in front of ``upstream`` (Envoy's listener of the pool, say), set
+    up through its Config's settings (``config``: any of them, by field name)."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        upstream: str,
+        config: Mapping[str, object] | None = None,
+        replica_id: str = "batcher-0",
+    ) -> None:
+        self.replica_id, self.port, self.metrics_port = replica_id, free_port(), free_port()
+        env = settings(
+            BATCHER, host="127.0.0.1", port=self.port, metrics_port=self.metrics_port,
+            upstream_url=upstream, **(config or {}),
+        )  # fmt: skip
+        super().__init__(replica_id, python("batcher"), run_dir / "logs" / f"{replica_id}.log", env)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def endpoint(self) -> Endpoint:
+        return Endpoint("127.0.0.1", self.port, Health.HEALTHY, 1, "local", self.replica_id)
 
     async def start_ready(self) -> None:
         await self.start()

@@ -67,11 +67,6 @@ FAILED = Counter(
     "Requests answered with an upstream error, by status code",
     ["model", "code"],
 )
-RETRIES = Counter(
-    "inferline_batcher_upstream_retries_total",
-    "Upstream calls retried once after UNAVAILABLE",
-    ["model"],
-)
 
 
 class ModelMetrics:
@@ -89,7 +84,6 @@ class ModelMetrics:
         self.rejected = REJECTED.labels(model)
         self.expired = EXPIRED.labels(model)
         self.cancelled = CANCELLED.labels(model)
-        self.retries = RETRIES.labels(model)
 
     def failed(self, code: str) -> None:
         FAILED.labels(self.model, code).inc()

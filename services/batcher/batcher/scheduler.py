@@ -34,9 +34,7 @@ UPSTREAM_EWMA = 0.2
 class Upstream(Protocol):
     name: str
 
-    async def infer(
-        self, request: bytes, time_left: float, on_retry: Callable[[], None]
-    ) -> bytes: ...
+    async def infer(self, request: bytes, time_left: float) -> bytes: ...
 
     async def max_batch_size(self, model: str, version: str, time_left: float) -> int: ...
 
@@ -335,7 +333,7 @@ class ModelBatcher:
                 entry.payload.future.set_result(answer)
 
     async def _infer(self, request: bytes, time_left: float) -> bytes:
-        return await self.upstream.infer(request, time_left, self.metrics.retries.inc)
+        return await self.upstream.infer(request, time_left)
 
     def _leave(self, entry: Entry[Pending]) -> None:
         """The caller of ``entry`` went away (cancelled, or its deadline ended the call)."""

@@ -7,9 +7,6 @@ once, keeping the upstream's status and naming the upstream.
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -17,8 +14,6 @@ from tritonclient.grpc import service_pb2
 
 from inferline.errors import from_upstream
 from inferline.server import channel_options
-
-logger = logging.getLogger(__name__)
 
 SERVICE = "inference.GRPCInferenceService"
 
@@ -39,24 +34,12 @@ class Upstream:
             response_deserializer=service_pb2.ModelConfigResponse.FromString,
         )
 
-    async def infer(self, request: bytes, time_left: float, on_retry: Callable[[], None]) -> bytes:
-        """One ModelInfer call (serialized request in, serialized response out).
-
-        UNAVAILABLE (no connection, a replica going away) is retried once within ``time_left``;
-        any other failure, or a second UNAVAILABLE, raises InferError with the upstream's status.
-        """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + time_left
+    async def infer(self, request: bytes, time_left: float) -> bytes:
+        """One ModelInfer call (serialized request in, serialized response out); a failure
+        raises InferError with the upstream's status. Never retried here: Envoy's hop in front
+        of the pool retries on another replica, within a budget (one layer retries)."""
         try:
             return bytes(await self._infer(request, timeout=time_left))
-        except grpc.aio.AioRpcError as exc:
-            left = deadline - loop.time()
-            if exc.code() != grpc.StatusCode.UNAVAILABLE or left <= 0:
-                raise from_upstream(exc, self.name) from None
-            logger.warning("%s unavailable (%s); retrying once", self.name, exc.details())
-            on_retry()
-        try:
-            return bytes(await self._infer(request, timeout=left))
         except grpc.aio.AioRpcError as exc:
             raise from_upstream(exc, self.name) from None
 

@@ -1,0 +1,153 @@
+"""Retries happen at the hop that failed, and only there, within a budget (issue 22).
+
+Two hops of the pipeline, every process real: callers → Envoy's ``batcher`` listener → the
+batcher (``python -m batcher``) → Envoy's ``triton`` listener → a pool of two replicas
+(``python -m inferline_testing.probe``, which counts every item it is asked for, and with
+``--fail unavailable`` answers every call UNAVAILABLE while its health stays SERVING: a
+replica that is up but broken). The control plane feeds Envoy both clusters from an endpoints
+file. What reaches the pool is counted at the replicas themselves.
+
+* one of two replicas failing: every request succeeds, and the pool is asked for each item at
+  most twice (the first try, one retry on the other replica);
+* every replica failing: every request fails UNAVAILABLE, within its deadline, and the pool
+  sees a bounded share of extra attempts, since Envoy's retry budget refused some retries.
+  Before, the batcher's hop retried the UNAVAILABLE it got three more times, the batcher once
+  more, and the pool's hop three more times: 32 attempts per item.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+from eds.sources import endpoints_file
+from inferline_envoy import admin as envoy_admin
+from inferline_stack import scaling
+from inferline_testing.harness import (
+    BatcherProcess,
+    EdsProcess,
+    EnvoyProcess,
+    Probe,
+    envoy_params,
+)
+
+pytestmark = pytest.mark.e2e
+
+DEADLINE_S = 5.0
+WAIT_S = 30.0  # generous: only how long a broken run takes to fail
+
+
+@dataclass
+class Chain:
+    envoy: EnvoyProcess
+    batcher: BatcherProcess
+    pool: list[Probe]
+
+    async def pool_items(self) -> int:
+        return sum(await asyncio.gather(*(p.items() for p in self.pool)))
+
+    async def retries(self, cluster: str) -> tuple[int, int]:
+        """Envoy's retries to ``cluster`` and the retries its budget refused."""
+        stats = await envoy_admin.stats(
+            self.envoy.admin, rf"^cluster\.{cluster}\.upstream_rq_retry(_overflow)?$"
+        )
+        prefix = f"cluster.{cluster}.upstream_rq_retry"
+        return int(stats[prefix]), int(stats[f"{prefix}_overflow"])
+
+
+@asynccontextmanager
+async def chain(tmp_path: Path, fails: tuple[str, ...], **batcher: object) -> AsyncIterator[Chain]:
+    endpoints = tmp_path / "endpoints.yaml"
+    endpoints_file.write(endpoints, {"batcher": [], "triton": []})
+    eds = EdsProcess(tmp_path, endpoints, ["batcher", "triton"])
+    await eds.start_ready()
+    envoy = EnvoyProcess(tmp_path, envoy_params(eds.port, ["batcher", "triton"]))
+    pool = [Probe(tmp_path, f"triton-{i}", 5.0, fail) for i, fail in enumerate(fails)]
+    settings = {"max_batch_size": 8, "max_queue_delay_ms": 1.0, **batcher}
+    server = BatcherProcess(tmp_path, envoy.listener("triton"), settings)
+    processes = [eds, envoy, server, *pool]
+    try:
+        await asyncio.gather(envoy.start_ready(), server.start_ready(),
+                             *(p.start_ready() for p in pool))  # fmt: skip
+        members = [("batcher", server.endpoint())] + [("triton", p.endpoint()) for p in pool]
+        assert await scaling.announce(endpoints, members, envoy.admin, WAIT_S) is not None
+        yield Chain(envoy, server, pool)
+    finally:
+        for p in processes:  # shown when a test fails
+            print(f"--- {p.name}\n{p.tail(10)}")
+        await asyncio.gather(*(p.stop(2.0) for p in reversed(processes)))
+
+
+def image_request(i: int) -> service_pb2.ModelInferRequest:
+    image = f"image {i}".encode()
+    request = service_pb2.ModelInferRequest(model_name="classifier", id=str(i))
+    request.inputs.add(name="IMAGE", datatype="BYTES", shape=[1, 1])
+    request.raw_input_contents.append(struct.pack("<I", len(image)) + image)
+    return request
+
+
+async def callers(target: str, concurrency: int, each: int) -> Counter[str]:
+    """``concurrency`` closed-loop callers, ``each`` one-image requests apiece: status counts."""
+    codes: Counter[str] = Counter()
+    async with grpc.aio.insecure_channel(target) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+        async def caller(n: int) -> None:
+            for i in range(each):
+                try:
+                    await stub.ModelInfer(image_request(n * each + i), timeout=DEADLINE_S)
+                    codes["OK"] += 1
+                except grpc.aio.AioRpcError as exc:
+                    codes[exc.code().name] += 1
+
+        await asyncio.gather(*(caller(n) for n in range(concurrency)))
+    return codes
+
+
+async def test_one_failing_replica_of_two_costs_no_request_and_at_most_one_retry(
+    tmp_path: Path,
+) -> None:
+    async with chain(tmp_path, ("", "unavailable")) as c:
+        codes = await callers(c.envoy.listener("batcher"), concurrency=8, each=25)
+        healthy, failing = [await p.items() for p in c.pool]
+        pool_retries, _ = await c.retries("triton")
+        batcher_retries, _ = await c.retries("batcher")
+    requests = sum(codes.values())
+    print(f"{codes}; the pool asked for {healthy} + {failing} (failing) items; Envoy retried "
+          f"{pool_retries} to the pool, {batcher_retries} to the batcher")  # fmt: skip
+    assert codes == {"OK": requests}, codes
+    assert failing > 0, "the failing replica was never tried: the test proved nothing"
+    assert healthy + failing <= 2 * requests
+    assert pool_retries > 0 and batcher_retries == 0  # retried where it failed, only there
+
+
+async def test_a_failing_pool_fails_fast_and_gets_a_bounded_share_of_extra_attempts(
+    tmp_path: Path,
+) -> None:
+    # Each request its own upstream call, as many in flight as there are callers: the budget
+    # (retries in flight at most a fifth of the requests in flight, above its floor of 16)
+    # then binds.
+    async with chain(
+        tmp_path, ("unavailable", "unavailable"),
+        max_batch_size=1, max_inflight=256, adaptive_inflight=False,
+    ) as c:  # fmt: skip
+        codes = await callers(c.envoy.listener("batcher"), concurrency=128, each=4)
+        items = await c.pool_items()
+        retries, refused = await c.retries("triton")
+        batcher_retries, _ = await c.retries("batcher")
+    requests = sum(codes.values())
+    print(f"{codes}; the pool was asked for {items} items ({items / requests:.2f} per request); "
+          f"Envoy retried {retries} and its budget refused {refused}")  # fmt: skip
+    assert codes == {"UNAVAILABLE": requests}, codes  # not DEADLINE_EXCEEDED: within the deadline
+    assert batcher_retries == 0
+    assert refused > 0, "the retry budget never refused a retry"
+    assert requests <= items <= 1.5 * requests
