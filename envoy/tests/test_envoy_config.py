@@ -254,3 +254,14 @@ def test_only_the_leaf_hops_retry_an_unavailable_answer() -> None:
         "triton": ec.RETRY_ON_LEAF,
     }
     assert "unavailable" not in ec.RETRY_ON_HOP
+
+
+def test_only_a_leaf_is_ejected_for_its_answers_every_hop_for_lost_connections() -> None:
+    """A middleman answering UNAVAILABLE passes up a failing pool: it must stay in rotation."""
+    clusters = by_name(ec.render(ec.LOCAL)["static_resources"]["clusters"])
+    for name in ("middleman", "middleman-rest", "batcher", "preprocess", "triton"):
+        outlier = clusters[name]["outlier_detection"]
+        leaf = name in ("preprocess", "triton")
+        assert outlier["enforcing_consecutive_local_origin_failure"] == 100
+        assert outlier.get("enforcing_consecutive_gateway_failure") == (100 if leaf else 0)
+        assert outlier.get("enforcing_consecutive_5xx", 100) == (100 if leaf else 0)

@@ -150,4 +150,4 @@ async def test_a_failing_pool_fails_fast_and_gets_a_bounded_share_of_extra_attem
     assert codes == {"UNAVAILABLE": requests}, codes  # not DEADLINE_EXCEEDED: within the deadline
     assert batcher_retries == 0
     assert refused > 0, "the retry budget never refused a retry"
-    assert requests <= items <= 1.5 * requests
+    assert requests <= items < 2 * requests  # fewer than one retry each: the budget held
