@@ -289,6 +289,8 @@ async def measure(config: StackConfig, images: list[bytes], duration_s: float) -
     async with peak_rss(groups) as peaks:
         summary = await offer(target, images, duration_s=duration_s, concurrency=CAPACITY_CALLERS)
     capacity = Phase("capacity", f"closed {CAPACITY_CALLERS}", summary, dict(peaks))
+    if not summary.images:
+        raise RuntimeError(f"the capacity run served nothing: failed {summary.errors_by_code}")
     rate = capacity.goodput * CROWD_FACTOR
     crowds = []
     for name, concurrency, crowd_rate, offered in (
@@ -371,7 +373,10 @@ async def short_deadlines(
     outcomes = []
     async with open_clients(target) as (client,):
         await wait_for_state(
-            lambda: triton_inferences(config) - before >= 96, 60.0, "background load"
+            lambda: triton_inferences(config) - before >= 96,
+            60.0,
+            "96 images of the background load inferred",
+            abort=lambda: ended(background),
         )
         for _ in range(count):
             start = time.perf_counter()
@@ -383,6 +388,18 @@ async def short_deadlines(
             outcomes.append(Outcome(time.perf_counter() - start, status, message))
     summary = await background
     return ShortDeadlines(outcomes, summary, triton_inferences(config) - before)
+
+
+def ended(load: asyncio.Task[Summary]) -> str | None:
+    """Why waiting on ``load`` is pointless: it has ended (saying how), or None."""
+    if not load.done():
+        return None
+    if load.cancelled():
+        return "the load was cancelled"
+    if (error := load.exception()) is not None:
+        return f"the load failed: {error!r}"
+    summary = load.result()
+    return f"the load ended: {summary.images} images served, failed {summary.errors_by_code}"
 
 
 def table(result: dict[str, Any]) -> str:

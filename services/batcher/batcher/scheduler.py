@@ -27,8 +27,6 @@ logger = logging.getLogger(__name__)
 
 # How long the first request for a model may wait for the upstream's model config.
 CONFIG_TIMEOUT_S = 5.0
-# Weight of the newest upstream call in the moving average of their durations.
-UPSTREAM_EWMA = 0.2
 
 
 class Upstream(Protocol):
@@ -124,6 +122,7 @@ class Batch:
     entries: list[Entry[Pending]]
     task: asyncio.Task[None] | None = field(default=None, repr=False)
     crowded: bool = False  # sent into the last free slot
+    holds_slot: bool = True  # its in-flight slot is not given back yet
 
 
 class ModelBatcher:
@@ -146,10 +145,10 @@ class ModelBatcher:
         self.queue: BatchQueue[Pending] = BatchQueue(
             max_batch_size, settings.max_queue_delay_s, settings.max_queue, settings.max_queue_bytes
         )
-        # How long an answered upstream call takes (a moving average of the last ones): a
-        # request whose deadline leaves less is not sent, since its answer would come too late.
-        self.upstream_s = 0.0
-        # The fastest upstream call seen (drifting up), by batch size.
+        # The fastest answered upstream call seen (drifting up), by batch size. While calls are
+        # in flight, a request whose deadline leaves less than the fastest of all is not sent:
+        # no answer could come in time. A bound from below, not an average: one slow call (a
+        # 64 MiB request) must not make the batcher refuse the requests after it.
         self.fastest_s: dict[int, float] = {}
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
@@ -196,15 +195,18 @@ class ModelBatcher:
         """
         own = None
         now = self._loop.time()
-        for entry in self.queue.expire(now, self.upstream_s):
+        # While nothing is in flight a request is sent however little time it has: the call
+        # costs no one a slot, and it keeps a stale figure from refusing every request forever.
+        fastest = self.fastest_call_s if self.inflight.used else 0.0
+        for entry in self.queue.expire(now, fastest):
             self.metrics.expired.inc()
             waited = now - entry.arrived
             left = (entry.deadline or now) - now
             why = (
                 "deadline passed"
                 if left <= EPSILON
-                else f"{left * 1000:.1f} ms were left, less than the {self.upstream_s * 1000:.1f} "
-                "ms an upstream call takes,"
+                else f"{left * 1000:.1f} ms were left, less than the fastest upstream call "
+                f"({fastest * 1000:.1f} ms),"
             )
             _fail(
                 entry,
@@ -223,8 +225,13 @@ class ModelBatcher:
             if not spawn:
                 own = batch
         self.metrics.queue_depth.set(len(self.queue))
-        self._arm(now)
+        self._arm(now, fastest)
         return own
+
+    @property
+    def fastest_call_s(self) -> float:
+        """The fastest answered upstream call seen, of any batch size (0 before the first)."""
+        return min(self.fastest_s.values(), default=0.0)
 
     async def close(self) -> None:
         if self._timer is not None:
@@ -235,8 +242,8 @@ class ModelBatcher:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _arm(self, now: float) -> None:
-        due = self.queue.next_due(now, self.upstream_s)
+    def _arm(self, now: float, slack: float) -> None:
+        due = self.queue.next_due(now, slack)
         if due is None:
             return
         if self._timer is not None:
@@ -258,13 +265,22 @@ class ModelBatcher:
             task = self._loop.create_task(self._send(batch))
             batch.task = task
             self._tasks.add(task)
-            task.add_done_callback(self._sent)
+            task.add_done_callback(lambda task: self._sent(task, batch))
         return batch
 
-    def _sent(self, task: asyncio.Task[None]) -> None:
+    def _sent(self, task: asyncio.Task[None], batch: Batch) -> None:
         self._tasks.discard(task)
+        # A task cancelled before its first step never ran _send's ``finally`` (every caller
+        # left before it started): its slot is given back here, or it would be lost for good.
+        self._release(batch)
         if not task.cancelled() and (error := task.exception()) is not None:
             logger.error("%s: a batch failed unexpectedly", self.model, exc_info=error)
+
+    def _release(self, batch: Batch) -> None:
+        """Give ``batch``'s in-flight slot back, once."""
+        if batch.holds_slot:
+            batch.holds_slot = False
+            self.inflight.give_back()
 
     async def _send(self, batch: Batch) -> None:
         entries = [e for e in batch.entries if not e.payload.future.done()]
@@ -283,7 +299,7 @@ class ModelBatcher:
                 self.metrics.upstream_duration.observe(self._loop.time() - start)
             for entry in entries:  # only after a bug: callers must never wait forever
                 _fail(entry, InferError(grpc.StatusCode.INTERNAL, "the batch failed; see the log"))
-            self.inflight.give_back()
+            self._release(batch)
 
     async def _call(self, entries: list[Entry[Pending]], now: float, crowded: bool) -> None:
         # The batch may take as long as its most patient caller allows: a caller with a tighter
@@ -322,7 +338,6 @@ class ModelBatcher:
         # Answered calls only: a call that timed out says nothing of how long an answer takes,
         # and would hold back every later request until another call came through.
         took = self._loop.time() - now
-        self.upstream_s += UPSTREAM_EWMA * (took - self.upstream_s)
         for size in self.fastest_s:
             self.fastest_s[size] *= 1 + DRIFT
         self.fastest_s[items] = min(took, self.fastest_s.get(items, took))
