@@ -21,7 +21,7 @@ FUZZ_SECONDS ?= 60
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup certs model up down status scale demo demo-web grafana images deploy undeploy verify-cluster k8s-envoy checkov test fuzz lint check-packages format docs bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload soak clean
+.PHONY: help setup certs model up down status scale demo demo-web grafana images deploy undeploy verify-cluster k8s-envoy checkov test fuzz lint check-packages format docs bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload bench-faults soak clean
 
 help: ## list the targets
 	@echo "inferline — scale-out inference pipeline (see README.md)"
@@ -153,7 +153,7 @@ format: setup ## apply ruff's formatting and safe fixes
 docs: setup ## regenerate docs/configuration.md's tables from the services' Config classes (a test checks they are current)
 	$(PY) -m tools.configref
 
-bench: bench-pipeline bench-e2e bench-preprocess bench-eds bench-batcher bench-overload ## every benchmark
+bench: bench-pipeline bench-e2e bench-preprocess bench-eds bench-batcher bench-overload bench-faults ## every benchmark
 
 PIPELINE_ARGS ?=
 
@@ -182,6 +182,11 @@ OVERLOAD_ARGS ?=
 
 bench-overload: model ## capacity, then 10x it (closed and open loop): goodput, refusals, memory, recovery -> bench/results/overload.json
 	$(PY) -m bench.overload $(OVERLOAD_ARGS)
+
+FAULT_REPETITIONS ?= 20
+
+bench-faults: model ## kill -9 and SIGSTOP one of two replicas of each tier under load, FAULT_REPETITIONS=20 times each: failed requests, time to detection -> bench/results/faults.json
+	$(PY) -m bench.faults --repetitions $(FAULT_REPETITIONS)
 
 # `make soak DURATION=180`: DURATION only when given (its default is the demo's, too short here).
 SOAK_DURATION := $(if $(filter command line environment,$(origin DURATION)),$(DURATION),600)

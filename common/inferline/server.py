@@ -26,23 +26,34 @@ logger = logging.getLogger(__name__)
 # One place for channel and server options: large tensors, keepalive that survives proxies.
 # Inner hops' limit by default; middleman's public one is in its own configuration.
 MAX_MESSAGE_BYTES = INNER_MESSAGE_BYTES
+# The most often a client may PING a server (Envoy's upstream keepalive sends one a second).
+PING_INTERVAL_MS = 500
 
 
 def server_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
     return [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
+        # Envoy PINGs every upstream connection each second to find a replica that hangs; a
+        # gRPC server's default answers that with GOAWAY (too_many_pings) after two of them.
         ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", PING_INTERVAL_MS),
+        ("grpc.http2.max_ping_strikes", 0),
         ("grpc.so_reuseport", 0),
     ]
 
 
-def channel_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
+def channel_options(
+    max_message_bytes: int = MAX_MESSAGE_BYTES, keepalive_ms: int = 30000
+) -> list[tuple[str, int]]:
+    """A PING each ``keepalive_ms``, the connection closed when one goes unanswered as long:
+    what a call in flight on it learns of a server that hangs (UNAVAILABLE)."""
     return [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.keepalive_time_ms", 30000),
+        ("grpc.keepalive_time_ms", keepalive_ms),
+        ("grpc.keepalive_timeout_ms", min(keepalive_ms, 20000)),
+        ("grpc.http2.ping_timeout_ms", min(keepalive_ms, 20000)),  # what grpc 1.8x waits for
         ("grpc.keepalive_permit_without_calls", 1),
     ]
 

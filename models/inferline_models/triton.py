@@ -142,11 +142,13 @@ class LocalTriton:
                 metrics_port=ports.metrics,
                 strict_readiness=True,
                 exit_timeout_secs=10,
-                # Accept the keepalive pings inferline's clients send on idle channels (as every
-                # inferline server does); Triton's default answers a third one with GOAWAY
-                # "too_many_pings", and the next call on that channel fails UNAVAILABLE.
+                # Accept the pings Envoy sends every second to find a replica that hangs, and
+                # the keepalive pings of idle channels (as every inferline server does);
+                # Triton's default answers a third one with GOAWAY "too_many_pings", and the
+                # next call on that channel fails UNAVAILABLE.
                 grpc_keepalive_permit_without_calls=True,
-                grpc_http2_min_recv_ping_interval_without_data=5000,
+                grpc_http2_min_recv_ping_interval_without_data=500,
+                grpc_http2_max_ping_strikes=0,
                 **(tls.triton_config() if tls else {}),
             ),
             security_config=TritonSecurityConfig(access_token=access_token or None),

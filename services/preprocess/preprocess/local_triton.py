@@ -26,6 +26,10 @@ logger = logging.getLogger(__name__)
 
 ACCESS_HEADER = "triton-grpc-protocol-triton-access-token"  # Triton's, for the gRPC protocol
 LOST_REGION = "Unable to find shared memory region"  # Triton's words for an unknown region
+# A PING to the pod's Triton each second: one it leaves unanswered that long (it hangs) fails
+# the calls in flight UNAVAILABLE, which Envoy retries at another pod, instead of each waiting
+# out its deadline here.
+KEEPALIVE_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -48,10 +52,11 @@ class LocalTriton:
         credentials: grpc.ChannelCredentials | None = None,  # mTLS; None: plaintext
     ) -> None:
         self.url, self.token_file, self.ring = url, token_file, ring
+        options = channel_options(keepalive_ms=KEEPALIVE_MS)
         if credentials is None:
-            self.channel = grpc.aio.insecure_channel(url, options=channel_options())
+            self.channel = grpc.aio.insecure_channel(url, options=options)
         else:
-            self.channel = grpc.aio.secure_channel(url, credentials, options=channel_options())
+            self.channel = grpc.aio.secure_channel(url, credentials, options=options)
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
         self._specs: dict[str, ModelSpec] = {}
         self._registered = False

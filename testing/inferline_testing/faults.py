@@ -1,0 +1,233 @@
+"""One replica of a tier lost under load, measured: kill -9 (the process is gone) or SIGSTOP (it
+hangs, its sockets open), with a closed loop of callers on the public endpoint throughout.
+
+Shared by the fault test (tests/e2e/test_faults.py: one repetition per tier and fault, asserting
+that no request failed) and ``make bench-faults`` (many repetitions, the table), so both measure
+with one code. Every request sent is counted: when the load stops, the requests in flight finish
+(each bounded by its deadline) instead of being abandoned, so a request that hung on the lost
+replica shows up as the failure it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from demo_client.client import open_clients
+from demo_client.load import image_requests, send
+from inferline_envoy import admin as envoy_admin
+from inferline_stack import services
+from inferline_stack.config import BATCHER, MIDDLEMAN, TRITON, StackConfig
+from inferline_stack.processes import ProcessTable
+from inferline_stack.services import HOST, replica_name
+from inferline_testing import stack_cli
+from inferline_testing.procfs import group_pids
+from inferline_testing.waits import wait_for, wait_for_state
+
+# The tiers a replica of which is lost, and the stack service each is a replica of. A GPU pod
+# (Triton and the preprocess beside it) is lost whole, or only its Triton (the pod then stops
+# too, as a pod whose container failed).
+TIERS = {"middleman": MIDDLEMAN, "batcher": BATCHER, "gpu pod": TRITON, "triton": TRITON}
+KILL, STOP = "kill -9", "SIGSTOP"
+FAULTS = (KILL, STOP)
+REPLICAS = 2  # of every tier: one is lost, the other serves
+WAIT_S = 60.0  # generous: only bounds how long a broken run takes to fail
+
+
+@dataclass(frozen=True)
+class Outcome:
+    sent: float  # loop time
+    latency_s: float
+    error: str | None  # a status code name, None when answered
+
+
+@dataclass
+class Load:
+    """What a :func:`closed_loop` has seen so far."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def answered(self) -> int:
+        return sum(1 for o in self.outcomes if o.error is None)
+
+
+@contextlib.asynccontextmanager
+async def closed_loop(
+    target: str, images: Sequence[bytes], concurrency: int = 8, timeout_s: float = 10.0
+) -> AsyncIterator[Load]:
+    """``concurrency`` callers, one request at a time each, while the block runs; on leaving,
+    each caller finishes the request it has in flight (bounded by ``timeout_s``)."""
+    load, stop = Load(), asyncio.Event()
+    factory = image_requests(images)
+    loop = asyncio.get_running_loop()
+
+    async def caller(client: Any, number: int) -> None:
+        while not stop.is_set():
+            sent = loop.time()
+            error = await send(client, "classifier", factory(number), timeout_s)
+            load.outcomes.append(Outcome(sent, loop.time() - sent, error))
+            number += concurrency
+
+    async with open_clients(target, 2) as clients:
+        callers = [
+            asyncio.create_task(caller(clients[i % len(clients)], i)) for i in range(concurrency)
+        ]
+        try:
+            yield load
+        finally:
+            stop.set()
+            await asyncio.gather(*callers)
+
+
+@dataclass(frozen=True)
+class FaultRun:
+    """One repetition: a replica of ``tier`` lost by ``fault`` under load."""
+
+    tier: str
+    fault: str
+    requests: int
+    failed: dict[str, int]  # status code name -> requests
+    detected_s: float  # from the fault until Envoy sent the replica no new request
+    slowest_s: float  # the slowest request sent while the replica was lost or before
+    replica_requests: int  # requests Envoy had sent the replica when it was lost
+
+    def row(self) -> dict[str, object]:
+        return {
+            "tier": self.tier,
+            "fault": self.fault,
+            "requests": self.requests,
+            "failed": sum(self.failed.values()),
+            "failed_by_code": self.failed,
+            "detected_s": round(self.detected_s, 3),
+            "slowest_s": round(self.slowest_s, 3),
+            "replica_requests": self.replica_requests,
+        }
+
+
+def victims(tier: str, pgid: int) -> list[int]:
+    """The pids a fault of ``tier`` hits in the replica's process group ``pgid``: all of them,
+    or for ``triton`` the Triton server alone."""
+    pids = group_pids(pgid)
+    if tier != "triton":
+        return pids
+    servers = [pid for pid in pids if _comm(pid) == "tritonserver"]
+    if not servers:
+        raise AssertionError(f"no tritonserver in process group {pgid}")
+    return servers
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def signal_all(pids: Sequence[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+async def routed(config: StackConfig, cluster: str, port: int) -> int:
+    """Requests Envoy has sent the replica at ``port`` of ``cluster`` (0: not there)."""
+    hosts = (await envoy_admin.clusters(config.admin_url)).get(cluster, [])
+    return next((h.rq_total for h in hosts if h.port == port), 0)
+
+
+async def with_replicas(config: StackConfig, replicas: int = REPLICAS) -> None:
+    """Every tier at ``replicas`` (``make scale``: a dead replica is replaced, one stopped by
+    SIGSTOP is left to come back)."""
+    for service in dict.fromkeys(TIERS.values()):
+        await stack_cli.scale(config, service, replicas)
+
+
+async def lose_one(
+    config: StackConfig,
+    tier: str,
+    fault: str,
+    images: Sequence[bytes],
+    *,
+    concurrency: int = 8,
+    timeout_s: float = 10.0,
+    after: int = 100,
+) -> FaultRun:
+    """Under a closed loop, lose replica 1 of ``tier`` by ``fault``; go on until Envoy sends it
+    nothing new and ``after`` more requests were answered; then bring it back (kill -9: ``make
+    scale`` starts a new one; SIGSTOP: SIGCONT, until Envoy routes to it again)."""
+    service = TIERS[tier]
+    replica = services.replica(config, service, 1)
+    assert replica.cluster is not None
+    cluster, port = replica.cluster, replica.port
+    table = ProcessTable(Path(config.run_dir))
+    pgid = table.pid(replica_name(service, 1))
+    if pgid is None:
+        raise AssertionError(f"{replica_name(service, 1)} is not running")
+    loop = asyncio.get_running_loop()
+    target = f"{HOST}:{config.public_port}"
+    async with closed_loop(target, images, concurrency, timeout_s) as load:
+        start = await routed(config, cluster, port)
+
+        async def replica_busy() -> bool:  # it has work when it is lost
+            return await routed(config, cluster, port) >= start + 5 and load.answered >= 20
+
+        await wait_for(replica_busy, WAIT_S, f"requests at {replica.name}")
+        hit = victims(tier, pgid)
+        served = await routed(config, cluster, port)
+        lost = loop.time()
+        signal_all(hit, signal.SIGKILL if fault == KILL else signal.SIGSTOP)
+        await envoy_admin.wait_gone(config.admin_url, cluster, HOST, port, WAIT_S)
+        detected = loop.time() - lost
+        answered = load.answered
+        await wait_for_state(
+            lambda: load.answered >= answered + after, WAIT_S, f"{after} answers after the loss"
+        )
+    if fault == STOP:
+        signal_all(hit, signal.SIGCONT)
+        await envoy_admin.wait_routable(config.admin_url, cluster, HOST, port, WAIT_S)
+    else:
+        await with_replicas(config)
+    failed = Counter(o.error for o in load.outcomes if o.error is not None)
+    return FaultRun(
+        tier=tier,
+        fault=fault,
+        requests=len(load.outcomes),
+        failed=dict(failed),
+        detected_s=detected,
+        slowest_s=max(o.latency_s for o in load.outcomes),
+        replica_requests=served,
+    )
+
+
+def table(runs: Sequence[FaultRun]) -> str:
+    """The runs by tier and fault: repetitions, requests, failures, detection and the slowest
+    request, as ``make bench-faults`` prints them."""
+    lines = [
+        f"{'tier':<10}{'fault':<9}{'reps':>5}{'requests':>10}{'failed':>8}{'reps failing':>14}"
+        f"{'detected p50 / max s':>22}{'slowest s':>11}"
+    ]
+    groups: dict[tuple[str, str], list[FaultRun]] = {}
+    for run in runs:
+        groups.setdefault((run.tier, run.fault), []).append(run)
+    for (tier, fault), group in groups.items():
+        detected = sorted(r.detected_s for r in group)
+        failed = [sum(r.failed.values()) for r in group]
+        codes = Counter[str]()
+        for run in group:
+            codes.update(run.failed)
+        lines.append(
+            f"{tier:<10}{fault:<9}{len(group):>5}{sum(r.requests for r in group):>10}"
+            f"{sum(failed):>8}{sum(1 for f in failed if f):>14}"
+            f"{detected[len(detected) // 2]:>13.2f} / {detected[-1]:<6.2f}"
+            f"{max(r.slowest_s for r in group):>11.2f}"
+            + (f"  failed {dict(codes)}" if codes else "")
+        )
+    return "\n".join(lines)

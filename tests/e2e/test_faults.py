@@ -1,0 +1,57 @@
+"""One replica of every tier lost under load, on the local stack (the real Envoy, control plane,
+middleman, batcher and GPU pods, two replicas of each), one repetition each; ``make
+bench-faults`` repeats each many times and prints the table.
+
+Triton serves the *simulated* GPU model (its answers are not a classification). A closed loop
+of 8 callers with 10 s deadlines runs on the public endpoint throughout, and every request it
+sent is counted, the ones in flight on the lost replica included.
+
+* kill -9: the replica's connections are reset, and the hop in front retries what was in flight
+  on the other replica: no request may fail.
+* SIGSTOP: the replica hangs with its sockets open. Envoy's HTTP/2 pings find it within about
+  2 s and reset its connections, so what was in flight is retried elsewhere; only a request
+  whose deadline is shorter than that could fail, and these have 10 s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from inferline_stack.config import StackConfig
+from inferline_stack.processes import ProcessTable
+from inferline_stack.stack import down, up
+from inferline_testing import faults, media
+from inferline_testing.ports import config_on_free_ports
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def fault_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackConfig]:
+    config = config_on_free_ports(tmp_path_factory.mktemp("faults"), model="simulated_gpu")
+    table = ProcessTable(Path(config.run_dir))
+    if up(config, table) != 0:
+        pytest.fail("the fault stack did not start; see the log tail above")
+    yield config
+    down(config, table)
+
+
+def images() -> list[bytes]:
+    return [media.encode(media.photo(name)[:96, :128]) for name in ("chelsea", "coffee")]
+
+
+@pytest.mark.parametrize("fault", faults.FAULTS)
+@pytest.mark.parametrize("tier", list(faults.TIERS))
+async def test_losing_one_replica_of_a_tier_fails_no_request(
+    fault_stack: StackConfig, tier: str, fault: str
+) -> None:
+    await faults.with_replicas(fault_stack)
+    run = await faults.lose_one(fault_stack, tier, fault, images())
+    print(f"\n{faults.table([run])}")
+    assert run.replica_requests > 0  # it had work when it was lost
+    assert run.failed == {}, run.row()
