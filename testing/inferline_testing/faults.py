@@ -112,23 +112,30 @@ class FaultRun:
         }
 
 
-def victims(tier: str, pgid: int) -> list[int]:
-    """The pids a fault of ``tier`` hits in the replica's process group ``pgid``: all of them,
-    or for ``triton`` the Triton server alone."""
-    pids = group_pids(pgid)
-    if tier != "triton":
-        return pids
-    servers = [pid for pid in pids if _comm(pid) == "tritonserver"]
-    if not servers:
-        raise AssertionError(f"no tritonserver in process group {pgid}")
-    return servers
+def victims(tier: str, fault: str, pgid: int) -> list[int]:
+    """The pids ``fault`` hits in the replica of ``tier`` whose process group is ``pgid``:
+    every one, but for ``triton`` the Triton server alone, and for a GPU pod that hangs its
+    front door, the preprocess (Triton's Python backend, PyTriton's, crashes when resumed
+    after a pause of seconds: a hang of the whole pod ends in a restart, another case)."""
+
+    def hit(argv: list[str]) -> bool:
+        if tier == "triton":
+            return bool(argv) and argv[0].endswith("tritonserver")
+        if tier == "gpu pod" and fault == STOP:
+            return argv[1:3] == ["-m", "preprocess"]
+        return True
+
+    chosen = [pid for pid in group_pids(pgid) if hit(_argv(pid))]
+    if not chosen:
+        raise AssertionError(f"nothing of {tier} to hit in process group {pgid}")
+    return chosen
 
 
-def _comm(pid: int) -> str:
+def _argv(pid: int) -> list[str]:
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
-        return ""
+        return []
 
 
 def signal_all(pids: Sequence[int], signum: int) -> None:
@@ -180,7 +187,7 @@ async def lose_one(
             return await routed(config, cluster, port) >= start + 5 and load.answered >= 20
 
         await wait_for(replica_busy, WAIT_S, f"requests at {replica.name}")
-        hit = victims(tier, pgid)
+        hit = victims(tier, fault, pgid)
         served = await routed(config, cluster, port)
         lost = loop.time()
         signal_all(hit, signal.SIGKILL if fault == KILL else signal.SIGSTOP)
