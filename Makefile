@@ -21,7 +21,7 @@ FUZZ_SECONDS ?= 60
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup certs model up down status scale demo demo-web grafana images deploy undeploy verify-cluster k8s-envoy checkov test fuzz lint check-packages format docs bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload bench-faults soak clean
+.PHONY: help setup certs token model up down status scale demo demo-web grafana images deploy undeploy verify-cluster k8s-envoy checkov test fuzz lint check-packages format docs bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload bench-faults soak clean
 
 help: ## list the targets
 	@echo "inferline — scale-out inference pipeline (see README.md)"
@@ -48,8 +48,13 @@ model: setup ## export the built-in MODELS to ONNX into the Triton model reposit
 certs: setup ## a local CA and TLS certificates under .run/certs (idempotent); INFERLINE_STACK_TLS=true make up serves with them
 	@$(PY) -m inferline_stack.certs .run/certs
 
-# With INFERLINE_STACK_TLS=true the demo client trusts the local CA (`make certs`).
-DEMO_TLS := $(if $(filter true 1 yes on,$(INFERLINE_STACK_TLS)),--ca .run/certs/ca.crt)
+token: setup ## a local signing key, the key set Envoy checks and a token under .run/auth (idempotent); INFERLINE_STACK_AUTH=true make up requires it
+	@$(PY) -m inferline_stack.auth .run/auth
+
+# With INFERLINE_STACK_TLS=true the demo client trusts the local CA (`make certs`); with
+# INFERLINE_STACK_AUTH=true it sends the stack's token (`make token`, which `up` runs).
+DEMO_ENDPOINT := $(if $(filter true 1 yes on,$(INFERLINE_STACK_TLS)),--ca .run/certs/ca.crt)
+DEMO_ENDPOINT += $(if $(filter true 1 yes on,$(INFERLINE_STACK_AUTH)),--token "$$(cat .run/auth/token)")
 
 up: model ## start the local stack (every hop through Envoy, public :8080); returns when ready
 	@$(PY) -m inferline_stack up --model-repository $(MODEL_REPOSITORY)
@@ -66,11 +71,11 @@ scale: model ## start or drain replicas: SERVICE=triton REPLICAS=2 (EDS pushes t
 		--model-repository $(MODEL_REPOSITORY)
 
 demo: up ## the whole pipeline (Envoy, batcher, GPU pods: Triton + the preprocess beside it) plus the live demo client (DURATION=s, CONCURRENCY=n, MODEL=name)
-	@$(PY) -m demo_client load --duration $(DURATION) --concurrency $(CONCURRENCY) --model $(MODEL) $(DEMO_TLS)
+	@$(PY) -m demo_client load --duration $(DURATION) --concurrency $(CONCURRENCY) --model $(MODEL) $(DEMO_ENDPOINT)
 	@echo "the stack keeps running: 'make status' shows it, 'make scale SERVICE=triton REPLICAS=2' adds a backend, 'make down' stops it"
 
 demo-web: up ## `make demo` plus a live web page on http://127.0.0.1:8088/ (WEB_PORT=n): images/s per Triton replica, latency, errors, labelled images
-	@$(PY) -m demo_client load --web --web-port $(WEB_PORT) --duration $(DURATION) --concurrency $(CONCURRENCY) --model $(MODEL) $(DEMO_TLS)
+	@$(PY) -m demo_client load --web --web-port $(WEB_PORT) --duration $(DURATION) --concurrency $(CONCURRENCY) --model $(MODEL) $(DEMO_ENDPOINT)
 	@echo "the stack keeps running: 'make scale SERVICE=triton REPLICAS=2' during a run adds a line to the page, 'make down' stops it"
 
 REGISTRY ?=

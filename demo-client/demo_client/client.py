@@ -38,11 +38,16 @@ def describe(exc: InferenceServerException) -> str:
 
 @asynccontextmanager
 async def open_clients(
-    target: str, channels: int = 1, transport: Transport = GRPC, tls: ClientTls | None = None
+    target: str,
+    channels: int = 1,
+    transport: Transport = GRPC,
+    tls: ClientTls | None = None,
+    token: str | None = None,
 ) -> AsyncIterator[list[Any]]:
     """``channels`` clients to ``target``, each with its own channel (gRPC) or connection pool
-    (HTTP), over TLS when ``tls`` is given; closed on exit."""
-    clients = [transport.open(target, tls) for _ in range(channels)]
+    (HTTP), over TLS when ``tls`` is given, every call with the bearer ``token`` when one is;
+    closed on exit."""
+    clients = [transport.open(target, tls, token) for _ in range(channels)]
     try:
         yield clients
     finally:

@@ -9,6 +9,7 @@ that interface, so a run over REST is the same run (tensors as the binary extens
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
@@ -72,7 +73,8 @@ class ClientTls:
 
 
 class HttpClient:
-    """tritonclient's HTTP asyncio client behind the gRPC asyncio client's interface."""
+    """tritonclient's HTTP asyncio client behind the gRPC asyncio client's interface
+    (``headers`` on every call, as tritonclient's gRPC client takes them)."""
 
     def __init__(self, target: str, tls: ClientTls | None = None) -> None:
         secure = {} if tls is None else {"ssl": True, "ssl_context": tls.ssl_context()}
@@ -86,26 +88,52 @@ class HttpClient:
         inputs: Sequence[Any],
         outputs: Sequence[Any] | None = None,
         client_timeout: float | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Any:
         # The deadline twice: the server's (Triton's ``timeout`` parameter, microseconds), and
         # this client's own, which tritonclient's HTTP client has only per session.
         timeout_us = None if client_timeout is None else int(client_timeout * 1e6)
-        call = self.client.infer(model_name, list(inputs), outputs=outputs, timeout=timeout_us)
+        call = self.client.infer(
+            model_name, list(inputs), outputs=outputs, timeout=timeout_us, headers=headers
+        )
         return await _call(call, client_timeout)
 
-    async def is_server_ready(self, client_timeout: float | None = None) -> bool:
-        return bool(await _call(self.client.is_server_ready(), client_timeout))
+    async def is_server_ready(
+        self, client_timeout: float | None = None, headers: dict[str, str] | None = None
+    ) -> bool:
+        return bool(await _call(self.client.is_server_ready(headers=headers), client_timeout))
 
-    async def is_model_ready(self, model_name: str, client_timeout: float | None = None) -> bool:
-        return bool(await _call(self.client.is_model_ready(model_name), client_timeout))
+    async def is_model_ready(
+        self,
+        model_name: str,
+        client_timeout: float | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> bool:
+        call = self.client.is_model_ready(model_name, headers=headers)
+        return bool(await _call(call, client_timeout))
 
-    async def get_model_repository_index(self, client_timeout: float | None = None) -> Any:
+    async def get_model_repository_index(
+        self, client_timeout: float | None = None, headers: dict[str, str] | None = None
+    ) -> Any:
         """The index as the gRPC client returns it: ``.models``, each with a ``.name``."""
-        index = await _call(self.client.get_model_repository_index(), client_timeout)
+        index = await _call(self.client.get_model_repository_index(headers=headers), client_timeout)
         return SimpleNamespace(models=[SimpleNamespace(**model) for model in index])
 
     async def close(self) -> None:
         await self.client.close()
+
+
+class Authorized:
+    """A client whose every call carries ``Authorization: Bearer <token>`` (an endpoint that
+    requires a token: Envoy's JWT check); ``close`` as the client's."""
+
+    def __init__(self, client: Any, token: str) -> None:
+        self.client = client
+        self.headers = {"authorization": f"Bearer {token}"}
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.client, name)
+        return method if name == "close" else functools.partial(method, headers=self.headers)
 
 
 @dataclass(frozen=True)
@@ -116,14 +144,17 @@ class Transport:
     infer_input: type[Any]
     requested_output: type[Any]
 
-    def open(self, target: str, tls: ClientTls | None = None) -> Any:
-        """A client of ``target``; over TLS when ``tls`` is given."""
+    def open(self, target: str, tls: ClientTls | None = None, token: str | None = None) -> Any:
+        """A client of ``target``; over TLS when ``tls`` is given, every call with ``token``
+        when one is."""
         if self.name == "http":
-            return HttpClient(target, tls)
-        secure = {} if tls is None else tls.grpc_options()
-        return grpc_client.InferenceServerClient(
-            url=target, channel_args=list(CHANNEL_ARGS), **secure
-        )
+            client: Any = HttpClient(target, tls)
+        else:
+            secure = {} if tls is None else tls.grpc_options()
+            client = grpc_client.InferenceServerClient(
+                url=target, channel_args=list(CHANNEL_ARGS), **secure
+            )
+        return client if token is None else Authorized(client, token)
 
 
 GRPC = Transport("grpc", grpc_client.InferInput, grpc_client.InferRequestedOutput)

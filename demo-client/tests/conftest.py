@@ -57,6 +57,7 @@ class FakeKServe(service_pb2_grpc.GRPCInferenceServiceServicer):
         self.pixels_seen: list[tuple[str, str, tuple[int, ...]]] = []  # (input, datatype, shape)
         self.video_chunks: list[Any] = []  # every ModelStreamInfer request, in order
         self.video_seen = asyncio.Event()  # set by every ModelStreamInfer request
+        self.authorization: list[tuple[str, str]] = []  # (method, authorization header) seen
 
     async def ServerLive(self, request: Any, context: Any) -> Any:
         return service_pb2.ServerLiveResponse(live=True)
@@ -65,7 +66,13 @@ class FakeKServe(service_pb2_grpc.GRPCInferenceServiceServicer):
         return service_pb2.ServerReadyResponse(ready=True)
 
     async def ModelReady(self, request: Any, context: Any) -> Any:
+        self.saw_authorization("ModelReady", context)
         return service_pb2.ModelReadyResponse(ready=request.name in MODELS)
+
+    def saw_authorization(self, method: str, context: Any) -> None:
+        for key, value in context.invocation_metadata() or ():
+            if key == "authorization":
+                self.authorization.append((method, value))
 
     async def RepositoryIndex(self, request: Any, context: Any) -> Any:
         index = service_pb2.RepositoryIndexResponse.ModelIndex
@@ -74,6 +81,7 @@ class FakeKServe(service_pb2_grpc.GRPCInferenceServiceServicer):
         )
 
     async def ModelInfer(self, req: Any, context: Any) -> Any:
+        self.saw_authorization("ModelInfer", context)
         self.infer_calls += 1
         self.infer_seen.set()
         if req.model_name == PIXELS:

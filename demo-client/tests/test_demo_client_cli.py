@@ -148,6 +148,18 @@ async def test_classify_prints_top_5(target: str, good_images: Path, tmp_path: P
             assert re.fullmatch(r"  class \d+ \(\d\.\d{3}\)", line), line
 
 
+async def test_a_token_goes_with_every_call(
+    fake: tuple[str, Any], good_images: Path, tmp_path: Path
+) -> None:
+    target, servicer = fake
+    token = f"token-{tmp_path.name}"  # this test's own: other tests' calls carry none
+    r = await cli("classify", "--target", target, "--token", token, str(good_images / "a.jpg"),
+                  cwd=tmp_path)  # fmt: skip
+    assert r.rc == 0, r.err
+    methods = {method for method, value in servicer.authorization if value == f"Bearer {token}"}
+    assert methods == {"ModelReady", "ModelInfer"}  # the readiness check and the request
+
+
 async def test_classify_json_and_a_bad_file(target: str, good_images: Path, tmp_path: Path) -> None:
     bad = tmp_path / "bad.jpg"
     bad.write_bytes(b"BAD")

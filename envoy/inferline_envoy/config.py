@@ -43,6 +43,7 @@ GRPC_MATCH = {"name": "content-type", "string_match": {"prefix": "application/gr
 # was retried there already, so it passes up as it is (retrying it would multiply the attempts
 # at the pool by every layer's retries).
 RETRY_ON_HOP = "reset,connect-failure,refused-stream"
+AUTH_PROVIDER = "inferline"  # the template's JWT provider
 RETRY_ON_LEAF = "unavailable," + RETRY_ON_HOP
 
 
@@ -90,6 +91,12 @@ class EnvoyParams:
     # Where Envoy finds an SDS file naming that certificate and key (written by --sds-output):
     # the certificate is then read again whenever its directory changes ("": read once).
     public_tls_sds_file: str = ""
+    # Who may infer at the public (first) listener: a JSON Web Token (Authorization: Bearer)
+    # signed by a key of this JWKS file ("": anyone may), from this issuer ("": any) for one of
+    # these audiences (comma-separated; "": any). Liveness and readiness stay open.
+    auth_jwks_file: str = ""
+    auth_issuer: str = ""
+    auth_audiences: str = ""
     # mTLS to the replicas of these hops (comma-separated cluster names; their REST twins too):
     # Envoy's client certificate and key, and the CA the replicas' certificates are signed by.
     upstream_tls_clusters: str = ""
@@ -122,6 +129,8 @@ class EnvoyParams:
         unknown = set(self.tls_clusters) - set(names)
         if unknown:
             raise ValueError(f"upstream_tls_clusters: no listener has cluster {sorted(unknown)}")
+        if (self.auth_issuer or self.auth_audiences) and not self.auth_jwks_file:
+            raise ValueError("auth_issuer and auth_audiences need auth_jwks_file (the keys)")
         if self.num_retries < 0 or not 0 <= self.retry_budget_percent <= 100:
             raise ValueError("num_retries must be >= 0 and retry_budget_percent within 0-100")
         files = (self.upstream_tls_cert, self.upstream_tls_key, self.upstream_tls_ca)
@@ -178,6 +187,7 @@ class EnvoyParams:
             "public_tls_key": self.public_tls_key,
             "public_tls_sds_file": self.public_tls_sds_file,
             "public_tls_dir": str(PurePosixPath(self.public_tls_cert).parent),
+            "auth_jwks_file": self.auth_jwks_file,
             "upstream_tls_cert": self.upstream_tls_cert,
             "upstream_tls_key": self.upstream_tls_key,
             "upstream_tls_ca": self.upstream_tls_ca,
@@ -254,6 +264,9 @@ def render(params: EnvoyParams = LOCAL, template: Path | None = None) -> dict[st
     if params.public_tls_cert:
         shape = shapes["public_tls_sds" if params.public_tls_sds_file else "public_tls"]
         listeners[0]["filter_chains"][0]["transport_socket"] = substitute(shape, values)
+    if params.auth_jwks_file:
+        manager = listeners[0]["filter_chains"][0]["filters"][0]["typed_config"]
+        manager["http_filters"].insert(0, authentication(shapes, values, params))
     if params.probe_port:
         listeners.append(substitute(shapes["probe_listener"], values))
         clusters.append(substitute(shapes["probe_cluster"], values))
@@ -272,6 +285,20 @@ def render_sds(params: EnvoyParams, template: Path | None = None) -> dict[str, A
         yaml.safe_load(text)["public_tls_sds_resource"], params.values()
     )
     return resource
+
+
+def authentication(
+    shapes: Mapping[str, Any], values: Mapping[str, Any], params: EnvoyParams
+) -> dict[str, Any]:
+    """The public listener's JWT filter: its provider checks the issuer and audiences that
+    ``params`` name (none named: not checked)."""
+    jwt: dict[str, Any] = substitute(shapes["public_auth"], values)
+    provider = jwt["typed_config"]["providers"][AUTH_PROVIDER]
+    if params.auth_issuer:
+        provider["issuer"] = params.auth_issuer
+    if audiences := split_names(params.auth_audiences):
+        provider["audiences"] = list(audiences)
+    return jwt
 
 
 def upstream_tls(

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from inferline_envoy import config as ec
-from inferline_stack import certs
+from inferline_stack import auth, certs
 
 
 def by_name(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -206,6 +206,7 @@ def test_the_template_uses_every_parameter() -> None:
         ({"upstream_tls_clusters": "middleman"}, "needs upstream_tls_cert"),
         ({"public_tls_sds_file": "/etc/envoy/public.sds.yaml"}, "sds_file needs public_tls_cert"),
         ({"upstream_tls_clusters": "nope"}, r"no listener has cluster \['nope'\]"),
+        ({"auth_issuer": "someone"}, "need auth_jwks_file"),
     ],
 )
 def test_bad_parameters_are_refused(changes: dict[str, Any], message: str) -> None:
@@ -265,3 +266,40 @@ def test_only_a_leaf_is_ejected_for_its_answers_every_hop_for_lost_connections()
         assert outlier["enforcing_consecutive_local_origin_failure"] == 100
         assert outlier.get("enforcing_consecutive_gateway_failure") == (100 if leaf else 0)
         assert outlier.get("enforcing_consecutive_5xx", 100) == (100 if leaf else 0)
+
+
+def test_auth_checks_tokens_on_the_public_listener_only_and_leaves_probes_open(
+    tmp_path: Path,
+) -> None:
+    files = auth.ensure(tmp_path)
+    params = dataclasses.replace(
+        ec.LOCAL, auth_jwks_file=str(files.jwks), auth_issuer="iss", auth_audiences="a, b"
+    )
+    config = ec.render(params)
+    ok, output = ec.validate(config)  # the real binary loads the key set
+    assert ok, output
+    listeners = by_name(config["static_resources"]["listeners"])
+
+    def filters(name: str) -> list[dict[str, Any]]:
+        manager = listeners[name]["filter_chains"][0]["filters"][0]["typed_config"]
+        names: list[dict[str, Any]] = manager["http_filters"]
+        return names
+
+    jwt = filters("middleman")[0]
+    assert jwt["name"] == "envoy.filters.http.jwt_authn"  # before the router
+    for hop in ("preprocess", "batcher", "triton"):  # inside, behind Envoy: no tokens
+        assert [f["name"] for f in filters(hop)] == ["envoy.filters.http.router"]
+    provider = jwt["typed_config"]["providers"][ec.AUTH_PROVIDER]
+    assert provider["issuer"] == "iss" and provider["audiences"] == ["a", "b"]
+    assert provider["local_jwks"] == {"filename": str(files.jwks)}
+    rules = jwt["typed_config"]["rules"]
+    open_paths = [r["match"] for r in rules if "requires" not in r]
+    assert {"prefix": "/grpc.health.v1.Health/"} in open_paths
+    assert {"path": "/inference.GRPCInferenceService/ModelReady"} in open_paths
+    assert rules[-1] == {"match": {"prefix": "/"}, "requires": {"provider_name": "inferline"}}
+
+
+def test_without_auth_the_public_listener_has_no_token_check() -> None:
+    manager = ec.render(ec.LOCAL)["static_resources"]["listeners"][0]["filter_chains"][0]
+    names = [f["name"] for f in manager["filters"][0]["typed_config"]["http_filters"]]
+    assert names == ["envoy.filters.http.router"]

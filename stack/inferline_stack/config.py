@@ -129,6 +129,10 @@ class StackConfig:
     # The certificates ("": run_dir/certs), made by `make certs` (inferline_stack.certs); `up`
     # makes any missing.
     certs_dir: str = ""
+    # Authentication at the public endpoint: Envoy admits only requests with a token signed by
+    # the stack's key (JWT, `make token` writes the key and a token under run_dir/auth; `up`
+    # makes them when missing); health and readiness stay open. The demo client's --token.
+    auth: bool = False
     # Seconds a process has to become ready / to stop gracefully before it is killed.
     start_timeout_s: float = 180.0
     stop_grace_s: float = 20.0
@@ -215,6 +219,11 @@ class StackConfig:
     def certs_path(self) -> Path:
         """Where the TLS certificates are (``make certs`` writes them there)."""
         return Path(self.certs_dir) if self.certs_dir else Path(self.run_dir) / "certs"
+
+    @property
+    def auth_path(self) -> Path:
+        """Where the signing key, its key set and the demo client's token are."""
+        return Path(self.run_dir) / "auth"
 
     @property
     def admin_url(self) -> str:

@@ -25,7 +25,7 @@ from inferline import capacity
 from inferline.config import environment
 from inferline_envoy import config as envoy_config
 from inferline_envoy import proxyless
-from inferline_stack import certs, health, leftovers
+from inferline_stack import auth, certs, health, leftovers
 from inferline_stack.config import (
     BATCHER,
     CLUSTERS,
@@ -368,6 +368,13 @@ def envoy_params(config: StackConfig) -> envoy_config.EnvoyParams:
         max_pending_requests=capacity.ENVOY_MAX_REQUESTS,
         retry_buffer_bytes=capacity.INNER_MESSAGE_BYTES,
     )
+    if config.auth:
+        params = dataclasses.replace(
+            params,
+            auth_jwks_file=str(auth.AuthFiles(config.auth_path.resolve()).jwks),
+            auth_issuer=auth.ISSUER,
+            auth_audiences=auth.AUDIENCE,
+        )
     if not config.tls:
         return params
     made = stack_certs(config)
@@ -406,5 +413,13 @@ def envoy(config: StackConfig) -> Service:
         check=lambda: health.envoy_ready(admin),
         metrics=f"{admin}/stats/prometheus",
         inputs=envoy_config.dump(envoy_config.render(envoy_params(config))),
-        certs=certs_digest(config, certs.PUBLIC, certs.CLIENT),
+        certs=certs_digest(config, certs.PUBLIC, certs.CLIENT) + key_set_digest(config),
     )
+
+
+def key_set_digest(config: StackConfig) -> str:
+    """A digest of the keys Envoy checks tokens against (auth on): a new key restarts Envoy."""
+    path = auth.AuthFiles(config.auth_path).jwks
+    if not (config.auth and path.exists()):
+        return ""
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from eds.sources import endpoints_file
 from inferline_envoy import config as envoy_config
-from inferline_stack import certs, health, leftovers, prometheus, remember, services
+from inferline_stack import auth, certs, health, leftovers, prometheus, remember, services
 from inferline_stack.config import (
     BATCHER,
     CLUSTERS,
@@ -67,6 +67,9 @@ def _up(config: StackConfig, table: ProcessTable) -> None:
         except certs.CertError as exc:
             raise StackError(f"INFERLINE_STACK_TLS=true: {exc}") from None
         console.print(f"[green]✓[/] TLS: certificates in {made.dir} (CA {made.ca})")
+    if config.auth:
+        files = auth.ensure(config.auth_path)  # `make token`, when not made yet
+        console.print(f"[green]✓[/] auth: tokens required; the demo client's is {files.token}")
     _stop_strays(config, table)
     kept = _keep_replicas(config, table)
     leftovers.free_orphans()  # what replicas killed before this `up` left

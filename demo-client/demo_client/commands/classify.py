@@ -47,7 +47,9 @@ async def run(args: argparse.Namespace) -> int:
     failed = 0
     results: dict[str, object] = {}
     transport = TRANSPORTS[args.protocol]
-    async with open_clients(args.target, transport=transport, tls=client_tls(args)) as clients:
+    async with open_clients(
+        args.target, transport=transport, tls=client_tls(args), token=args.token
+    ) as clients:
         await wait_until_ready(clients[0], args, None)
         for path in args.files:
             try:

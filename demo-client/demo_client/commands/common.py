@@ -86,6 +86,13 @@ def add_endpoint_flags(parser: argparse.ArgumentParser, *, model: str) -> None:
     )
     add("--key", metavar="FILE", type=Path, default=None, help="the key of --cert (PEM)")
     add(
+        "--token",
+        metavar="JWT",
+        default=os.environ.get("INFERLINE_TOKEN") or None,
+        help="a bearer token, for an endpoint that requires one (a stack with "
+        "INFERLINE_STACK_AUTH=true: `make token` writes .run/auth/token; env INFERLINE_TOKEN)",
+    )
+    add(
         "--wait",
         metavar="S",
         type=non_negative_float,

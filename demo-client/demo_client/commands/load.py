@@ -147,7 +147,7 @@ async def run(args: argparse.Namespace) -> int:
             web = WebView(board, recorder, images, args.envoy_admin or None, args.envoy_cluster)
             await common.serve(web, args, exits)
         clients = await exits.enter_async_context(
-            open_clients(args.target, args.channels, transport, common.client_tls(args))
+            open_clients(args.target, args.channels, transport, common.client_tls(args), args.token)
         )
         await common.wait_until_ready(clients[0], args, console, dashboard)
         if dashboard is not None:

@@ -74,7 +74,9 @@ async def run(args: argparse.Namespace) -> int:
         if page is not None:
             await common.serve(page.web, args, exits)
         tls = common.client_tls(args)
-        clients = await exits.enter_async_context(open_clients(args.target, tls=tls))
+        clients = await exits.enter_async_context(
+            open_clients(args.target, tls=tls, token=args.token)
+        )
         board = None if page is None else page.board
         await common.wait_until_ready(clients[0], args, console, board)
         try:
