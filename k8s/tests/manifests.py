@@ -50,6 +50,7 @@ COMPONENT_NEEDS: dict[str, tuple[str, ...]] = {
     "network-policies": (),
     "pod-disruption-budgets": (),
     "tls": (),
+    "auth": ("tls",),
     # The placements: one per overlay, listed last (they remove the base's preprocess pool and
     # what the components before them add for it); alone on the base, they need nothing.
     "in-pod": (),
@@ -64,6 +65,7 @@ DEFAULT_PLACEMENT = "in-pod"
 ALL_BUT_PLACEMENTS = (
     "gpu", "gpu-sharing", "preflight", "monitoring", "dcgm-exporter", "nvidia-runtime-class",
     "autoscaling", "network-policies", "pod-disruption-budgets", "monitoring-operator", "tls",
+    "auth",
 )  # fmt: skip
 EVERYTHING = (*ALL_BUT_PLACEMENTS, DEFAULT_PLACEMENT)
 # The everything render in each placement: target name -> its components.

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from inferline_envoy import config as envoy_config
-from inferline_stack import certs
+from inferline_stack import auth, certs
 from k8s.tests.manifests import K8S, OVERLAYS, find, render
 
 COMMITTED = K8S / "base" / "envoy" / "envoy.yaml"
@@ -112,6 +112,62 @@ def test_real_envoy_serves_the_tls_components_bootstrap(tmp_path: Path) -> None:
     (secret / "tls.key").write_bytes(made.key(certs.PUBLIC).read_bytes())
     for name, text in configmap["data"].items():
         moved = text.replace("/etc/envoy-tls", str(secret)).replace("/etc/envoy/", f"{config}/")
+        (config / name).write_text(moved, encoding="utf-8")
+    ok, output = envoy_config.validate(config / "envoy.yaml")
+    assert ok, output
+
+
+# components/auth: the TLS bootstrap plus the token check, its key set from Secret envoy-jwks
+# (mounted at /etc/envoy-auth).
+AUTH = K8S / "components" / "auth"
+AUTH_PARAMS = dataclasses.replace(
+    TLS_PARAMS, auth_jwks_file="/etc/envoy-auth/jwks.json", auth_audiences="inferline"
+)
+AUTH_RENDER = "make k8s-envoy (its components/auth line)"
+
+
+def test_the_auth_components_files_are_the_templates_render() -> None:
+    bootstrap = envoy_config.dump(envoy_config.render(AUTH_PARAMS))
+    sds = envoy_config.dump(envoy_config.render_sds(AUTH_PARAMS))
+    assert (AUTH / "envoy.yaml").read_text(encoding="utf-8") == bootstrap, f"run {AUTH_RENDER}"
+    assert (AUTH / "public.sds.yaml").read_text(encoding="utf-8") == sds, f"run {AUTH_RENDER}"
+
+
+def test_the_auth_component_checks_tokens_over_tls_with_the_secrets_keys() -> None:
+    objects = render("components/auth")
+    configmap = find(objects, "ConfigMap", "envoy-bootstrap")
+    assert configmap["data"]["envoy.yaml"] == (AUTH / "envoy.yaml").read_text(encoding="utf-8")
+    bootstrap = yaml.safe_load(configmap["data"]["envoy.yaml"])
+    public = bootstrap["static_resources"]["listeners"][0]
+    assert public["filter_chains"][0]["transport_socket"]["name"] == "envoy.transport_sockets.tls"
+    manager = public["filter_chains"][0]["filters"][0]["typed_config"]
+    assert manager["http_filters"][0]["name"] == "envoy.filters.http.jwt_authn"
+    pod = find(objects, "Deployment", "envoy")["spec"]["template"]["spec"]
+    [envoy] = pod["containers"]
+    mounts = {m["name"]: m["mountPath"] for m in envoy["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts["jwks"] == str(Path(AUTH_PARAMS.auth_jwks_file).parent)
+    assert volumes["jwks"]["secret"]["secretName"] == "envoy-jwks"
+    assert "optional" not in volumes["jwks"]["secret"]  # no keys: no Envoy, not an open door
+    assert mounts["public-tls"] == str(Path(TLS_PARAMS.public_tls_cert).parent)  # tls's, kept
+
+
+def test_real_envoy_serves_the_auth_components_bootstrap(tmp_path: Path) -> None:
+    """The component's bootstrap, its paths moved under ``tmp_path`` (certificates from `make
+    certs` and a key set from `make token` where the Secrets would be), passes ``envoy --mode
+    validate``, which loads the key set."""
+    configmap = find(render("components/auth"), "ConfigMap", "envoy-bootstrap")
+    made = certs.ensure(tmp_path / "certs")
+    keys = auth.ensure(tmp_path / "auth")
+    secret, jwks, config = tmp_path / "envoy-tls", tmp_path / "envoy-auth", tmp_path / "envoy"
+    for folder in (secret, jwks, config):
+        folder.mkdir()
+    (secret / "tls.crt").write_bytes(made.cert(certs.PUBLIC).read_bytes())
+    (secret / "tls.key").write_bytes(made.key(certs.PUBLIC).read_bytes())
+    (jwks / "jwks.json").write_bytes(keys.jwks.read_bytes())
+    for name, text in configmap["data"].items():
+        moved = text.replace("/etc/envoy-tls", str(secret)).replace("/etc/envoy/", f"{config}/")
+        moved = moved.replace("/etc/envoy-auth", str(jwks))
         (config / name).write_text(moved, encoding="utf-8")
     ok, output = envoy_config.validate(config / "envoy.yaml")
     assert ok, output
