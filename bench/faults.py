@@ -40,11 +40,12 @@ async def run(
                 await faults.with_replicas(config)
                 run = await faults.lose_one(config, tier, fault, images)
                 runs.append(run)
-                failed = sum(run.failed.values())
+                failed = f"{sum(run.failed.values())} failed" + (
+                    f" {run.failed}" * bool(run.failed)
+                )
                 print(
                     f"[{len(runs)}/{total}] {tier} {fault} #{repetition + 1}: {run.requests} "
-                    f"requests, {failed} failed{' ' + str(run.failed) if run.failed else ''}, detected after "
-                    f"{run.detected_s:.2f} s",
+                    f"requests, {failed}, detected after {run.detected_s:.2f} s",
                     flush=True,
                 )
     return runs
