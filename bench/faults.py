@@ -40,12 +40,11 @@ async def run(
                 await faults.with_replicas(config)
                 run = await faults.lose_one(config, tier, fault, images)
                 runs.append(run)
-                failed = f"{sum(run.failed.values())} failed" + (
-                    f" {run.failed}" * bool(run.failed)
-                )
+                codes = f" {run.failed}" if run.failed else ""
                 print(
                     f"[{len(runs)}/{total}] {tier} {fault} #{repetition + 1}: {run.requests} "
-                    f"requests, {failed}, detected after {run.detected_s:.2f} s",
+                    f"requests, {sum(run.failed.values())} failed{codes}, detected after "
+                    f"{run.detected_s:.2f} s",
                     flush=True,
                 )
     return runs
