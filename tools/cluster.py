@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import secrets
 import shutil
 import socket
 import subprocess
@@ -109,9 +110,32 @@ def deploy(overlay: str, registry: str, tag: str, dry_run: bool) -> None:
     if dry_run:
         sys.stdout.write(manifests)
         return
-    step(f"applying overlay {overlay!r} ({len(list(yaml.safe_load_all(manifests)))} objects)")
+    objects = [o for o in yaml.safe_load_all(manifests) if o]
+    step(f"applying overlay {overlay!r} ({len(objects)} objects)")
     sys.stdout.write(kubectl("apply", "--server-side", "-f", "-", input_text=manifests))
+    if any(o["kind"] == "Deployment" and o["metadata"]["name"] == "grafana" for o in objects):
+        step(ensure_grafana_admin())
     step("applied: `make verify-cluster` proves it works")
+
+
+GRAFANA_ADMIN = "grafana-admin"
+
+
+def ensure_grafana_admin() -> str:
+    """Secret grafana-admin, Grafana's admin password: generated once, kept after (a password
+    of your own, put there first, is kept too). What was done, in a line."""
+    found = kubectl("-n", NAMESPACE, "get", "secret", GRAFANA_ADMIN, "--ignore-not-found",
+                    "-o", "name")  # fmt: skip
+    read = (
+        f"kubectl -n {NAMESPACE} get secret {GRAFANA_ADMIN} -o jsonpath='{{.data.password}}' "
+        "| base64 -d"
+    )
+    if found.strip():
+        return f"Grafana's admin password: Secret {GRAFANA_ADMIN}, kept (read it: {read})"
+    password = secrets.token_urlsafe(24)
+    kubectl("-n", NAMESPACE, "create", "secret", "generic", GRAFANA_ADMIN,
+            f"--from-literal=password={password}")  # fmt: skip
+    return f"Grafana's admin password: generated into Secret {GRAFANA_ADMIN} (read it: {read})"
 
 
 def undeploy(overlay: str) -> None:

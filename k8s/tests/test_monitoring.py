@@ -106,6 +106,26 @@ def test_grafana_mounts_what_its_provisioning_files_expect() -> None:
     assert env["PROMETHEUS_URL"] == f"http://prometheus.{NAMESPACE}.svc:{port}"
 
 
+def test_grafana_wants_a_sign_in_with_the_generated_password_and_lets_few_reach_it() -> None:
+    objects = render("everything")
+    grafana = find(objects, "Deployment", "grafana")["spec"]["template"]["spec"]
+    [container] = grafana["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["GF_AUTH_ANONYMOUS_ENABLED"] == "false" and env["GF_USERS_ALLOW_SIGN_UP"] == "false"
+    assert "GF_SECURITY_ADMIN_PASSWORD" not in env  # never a literal in the manifest
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    [admin] = [v for v in grafana["volumes"] if v["name"] == "admin"]
+    assert admin["secret"]["secretName"] == "grafana-admin"  # what `make deploy` generates
+    assert "optional" not in admin["secret"]
+    [item] = admin["secret"]["items"]
+    assert env["GF_SECURITY_ADMIN_PASSWORD__FILE"] == f"{mounts['admin']}/{item['path']}"
+    policy = find(objects, "NetworkPolicy", "grafana")["spec"]
+    [rule] = policy["ingress"]
+    assert rule["from"] == [
+        {"namespaceSelector": {"matchLabels": {"inferline.io/grafana-access": "true"}}}
+    ]  # not from anywhere
+
+
 # -- the Prometheus configuration --------------------------------------------------------------
 
 

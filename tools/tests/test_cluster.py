@@ -115,3 +115,34 @@ def test_verify_waits_for_the_pipeline_first_then_what_the_placement_adds() -> N
 def test_verify_names_the_deployments_it_cannot_find() -> None:
     with pytest.raises(cluster.ClusterError, match=r"no deployment triton, batcher .*make deploy"):
         cluster.rollout_order(["eds", "envoy", "middleman"])
+
+
+class RecordedKubectl:
+    """kubectl as the API server would answer these calls: the Secrets it holds by name."""
+
+    def __init__(self, secrets: set[str]) -> None:
+        self.secrets = secrets
+        self.calls: list[tuple[str, ...]] = []
+
+    def __call__(self, *args: str, input_text: str | None = None, check: bool = True) -> str:
+        self.calls.append(args)
+        if args[2:4] == ("get", "secret"):
+            return f"secret/{args[4]}\n" if args[4] in self.secrets else ""
+        if args[2:5] == ("create", "secret", "generic"):
+            assert args[5] not in self.secrets, "created twice"
+            self.secrets.add(args[5])
+            return f"secret/{args[5]} created\n"
+        raise AssertionError(f"unexpected kubectl {args}")
+
+
+def test_grafanas_admin_password_is_generated_once_and_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    api = RecordedKubectl(set())
+    monkeypatch.setattr(cluster, "kubectl", api)
+    assert "generated" in cluster.ensure_grafana_admin()
+    [create] = [c for c in api.calls if "create" in c]
+    password = create[-1].removeprefix("--from-literal=password=")
+    assert len(password) >= 32 and password != "admin"
+    assert "kept" in cluster.ensure_grafana_admin()  # a second deploy leaves it alone
+    assert len([c for c in api.calls if "create" in c]) == 1
