@@ -10,6 +10,7 @@ from batcher.config import Config
 from batcher.scheduler import Batchers, InFlight, Settings
 from batcher.service import BatcherService
 from batcher.upstream import SERVICE, Upstream
+from inferline import capacity
 from inferline.server import RunningServer, start_server
 from inferline.tls import server_tls
 
@@ -42,6 +43,9 @@ def build(config: Config) -> BatcherService:
         max_queue=config.max_queue,
         default_timeout_s=config.upstream_timeout_s,
         max_queue_bytes=config.max_queue_bytes,
+        # Requests merged into one message: no more than the message limit, less one hop's
+        # framing (a merged message is smaller than its requests' sum: one header for all).
+        max_batch_bytes=config.max_message_bytes - capacity.FRAMING_BYTES,
     )
     batchers = Batchers(upstream, settings, InFlight(config.max_inflight, config.adaptive_inflight))
     metrics.QUEUE_CAPACITY.set(config.max_queue)

@@ -53,7 +53,12 @@ class Entry(Generic[T]):
 
 class BatchQueue(Generic[T]):
     def __init__(
-        self, max_batch_size: int, max_delay: float, max_queue: int, max_bytes: int | None = None
+        self,
+        max_batch_size: int,
+        max_delay: float,
+        max_queue: int,
+        max_bytes: int | None = None,
+        max_batch_bytes: int | None = None,
     ) -> None:
         if max_queue < 1:
             raise ValueError(f"max_queue must be >= 1, got {max_queue}")
@@ -61,6 +66,9 @@ class BatchQueue(Generic[T]):
         self.max_delay = max(max_delay, 0.0)
         self.max_queue = max_queue
         self.max_bytes = max_bytes
+        # The most bytes of requests one batch merges (the upstream's message limit): a request
+        # near it goes with no batch-mates, rather than make a message no hop accepts.
+        self.max_batch_bytes = max_batch_bytes
         self.nbytes = 0  # of the waiting requests
         self._groups: dict[Hashable, deque[Entry[T]]] = {}
         self._items: dict[Hashable, int] = {}
@@ -123,9 +131,15 @@ class BatchQueue(Generic[T]):
             return None
         entries = self._groups[chosen]
         batch = [entries.popleft()]
-        total = batch[0].items
-        while entries and total + entries[0].items <= self.max_batch_size:
+        total, size = batch[0].items, batch[0].nbytes
+        limit = self.max_batch_bytes
+        while (
+            entries
+            and total + entries[0].items <= self.max_batch_size
+            and (limit is None or size + entries[0].nbytes <= limit)
+        ):
             total += entries[0].items
+            size += entries[0].nbytes
             batch.append(entries.popleft())
         for entry in batch:
             self._forget(entry)

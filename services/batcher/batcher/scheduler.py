@@ -44,6 +44,7 @@ class Settings:
     max_queue: int
     default_timeout_s: float
     max_queue_bytes: int | None = None
+    max_batch_bytes: int | None = None  # what one upstream message may carry
 
 
 # Adaptive in-flight limit: a batch whose upstream call took this many times what a batch of its
@@ -143,7 +144,11 @@ class ModelBatcher:
         self.upstream = upstream
         self.metrics = ModelMetrics(model)
         self.queue: BatchQueue[Pending] = BatchQueue(
-            max_batch_size, settings.max_queue_delay_s, settings.max_queue, settings.max_queue_bytes
+            max_batch_size,
+            settings.max_queue_delay_s,
+            settings.max_queue,
+            settings.max_queue_bytes,
+            settings.max_batch_bytes,
         )
         # The fastest answered upstream call seen (drifting up), by batch size. While calls are
         # in flight, a request whose deadline leaves less than the fastest of all is not sent:

@@ -186,6 +186,21 @@ def test_the_queue_is_bounded_in_bytes_but_a_lone_request_always_fits() -> None:
     assert queue.nbytes == 0  # dispatched requests no longer count
 
 
+def test_a_batch_merges_no_more_bytes_than_one_message_carries() -> None:
+    """A request near the message limit goes with no batch-mates (together they would make a
+    message no hop accepts, failing every one of them); small ones still fill a batch."""
+    queue: BatchQueue[str] = BatchQueue(8, 0.0, 16, max_batch_bytes=100)
+    for name, nbytes in (("small", 10), ("huge", 95), ("tiny", 1), ("more", 80), ("last", 5)):
+        queue.push(Entry("k", 1, 0.0, None, name, nbytes=nbytes))
+    batches = []
+    while (batch := queue.pop_ready(1.0)) is not None:
+        batches.append([e.payload for e in batch])
+    assert batches == [["small"], ["huge", "tiny"], ["more", "last"]]
+    alone: BatchQueue[str] = BatchQueue(8, 0.0, 16, max_batch_bytes=100)
+    alone.push(Entry("k", 1, 0.0, None, "over", nbytes=150))  # itself over: still sent, alone
+    assert [e.payload for e in alone.pop_ready(1.0) or []] == ["over"]
+
+
 def test_the_adaptive_limit_gives_a_slot_up_when_batches_queue_and_takes_one_back_when_not() -> (
     None
 ):

@@ -205,10 +205,10 @@ async def test_one_slow_call_does_not_hold_back_what_an_idle_upstream_can_answer
     (An average of call times once refused every request for good after one slow call: only
     answered calls could bring it down, and none was sent.)"""
     h = await make_harness(max_queue_delay_ms=0.0)
-    h.fake.gpu_s = 2.0
-    await h.infer(infer_request(b"slow"))
-    h.fake.gpu_s = None
-    response = await h.infer(infer_request(b"quick"), deadline_s=0.3)
+    await h.infer(infer_request(b"first"))  # the model's batcher exists now
+    batcher = h.service.batchers._batchers[("echo", "")]
+    batcher.fastest_s = {1: 5.0}  # as if its calls so far had all taken five seconds
+    response = await h.infer(infer_request(b"quick"), deadline_s=2.0)
     assert response.id == "quick" and len(h.fake.calls) == 2
 
 
