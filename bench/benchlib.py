@@ -57,10 +57,11 @@ def local_stack(run_dir: Path, **overrides: Any) -> Iterator[StackConfig]:
 
 
 @contextmanager
-def overload_stack(model: str, name: str) -> Iterator[StackConfig]:
+def overload_stack(model: str, name: str, **settings: Any) -> Iterator[StackConfig]:
     """The local stack for the overload benchmarks: ``model`` ``simulated`` (the slow simulated
-    GPU of inferline_testing.overload) or ``real`` (EfficientNet-Lite0 on the CPU)."""
-    overrides = dict(SIMULATED) if model == "simulated" else {}
+    GPU of inferline_testing.overload) or ``real`` (EfficientNet-Lite0 on the CPU); ``settings``:
+    more StackConfig fields."""
+    overrides = {**(dict(SIMULATED) if model == "simulated" else {}), **settings}
     repository = str(ROOT / "build" / "model_repository")
     with (
         tempfile.TemporaryDirectory(prefix=f"inferline-{name}-") as tmp,

@@ -9,7 +9,7 @@ Phases, on a stack of its own (every hop through Envoy, the default decode place
 3. closed crowd: 1024 callers (5 s deadline each), then a light probe from the moment they stop;
 4. open crowd: Poisson arrivals at ten times the capacity, then the probe again;
 5. short deadlines: 20 requests with a 50 ms deadline (less than the fastest answer) one at a
-   time under 48 callers: how fast the middleman refuses them.
+   time under 24 callers: how fast the middleman refuses them.
 
 Each row: images/s that succeeded (goodput) and its ratio to the capacity, failures by status,
 p99 of the successes, how fast refusals come (p99, for a paced probe caller arriving during the
@@ -76,11 +76,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", choices=("simulated", "real"), default="simulated")
     parser.add_argument("--duration", type=float, default=60.0, help="seconds per phase")
+    parser.add_argument(
+        "--shed",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="Envoy sheds at the front door while middleman says it is saturated (default); "
+        "--no-shed leaves every refusal to middleman, for a before/after pair",
+    )
     args = parser.parse_args(argv)
     images = jpegs(8, 640, 480, (85, 90))
-    with overload_stack(args.model, "overload") as config:
+    with overload_stack(args.model, "overload", shed=args.shed) as config:
         report, short = asyncio.run(run(config, images, args.duration))
-    result = {"model": args.model, **report.to_dict(), "short_deadline": short.to_dict()}
+    result = {"model": args.model, "shed": args.shed, **report.to_dict(),
+              "short_deadline": short.to_dict()}  # fmt: skip
     result["goals"] = goals(result)
     print(table(result))
     for row in result["goals"]:

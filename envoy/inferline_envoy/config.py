@@ -44,6 +44,26 @@ GRPC_MATCH = {"name": "content-type", "string_match": {"prefix": "application/gr
 # at the pool by every layer's retries).
 RETRY_ON_HOP = "reset,connect-failure,refused-stream"
 AUTH_PROVIDER = "inferline"  # the template's JWT provider
+# Liveness and readiness, by protocol: open to probes and load balancers, which carry no token,
+# and never shed, since a busy pipeline is not a dead one. They reveal nothing.
+PROBE_PATHS: dict[str, tuple[dict[str, Any], ...]] = {
+    "grpc": (
+        {"prefix": "/grpc.health.v1.Health/"},
+        {"path": "/inference.GRPCInferenceService/ServerLive"},
+        {"path": "/inference.GRPCInferenceService/ServerReady"},
+        {"path": "/inference.GRPCInferenceService/ModelReady"},
+    ),
+    "rest": (
+        {"prefix": "/v2/health/"},
+        {"safe_regex": {"regex": "/v2/models/[^/]+(/versions/[^/]+)?/ready"}},
+    ),
+}
+SHED_FILTER = "envoy.filters.http.admission_control"
+FILTER_CONFIG = "type.googleapis.com/envoy.config.route.v3.FilterConfig"  # per route: disabled
+SHED_MESSAGE = (
+    "overloaded: the pipeline's front door (Envoy) refuses a share of requests while middleman "
+    "says it is saturated; retry after a backoff, or add replicas"
+)
 RETRY_ON_LEAF = "unavailable," + RETRY_ON_HOP
 
 
@@ -91,6 +111,9 @@ class EnvoyParams:
     # Where Envoy finds an SDS file naming that certificate and key (written by --sds-output):
     # the certificate is then read again whenever its directory changes ("": read once).
     public_tls_sds_file: str = ""
+    # Shedding at the public (first) listener: Envoy refuses new requests itself while middleman
+    # says it is saturated (the template's public_shed).
+    shed: bool = True
     # Who may infer at the public (first) listener: a JSON Web Token (Authorization: Bearer)
     # signed by a key of this JWKS file ("": anyone may), from this issuer ("": any) for one of
     # these audiences (comma-separated; "": any). Liveness and readiness stay open.
@@ -188,6 +211,7 @@ class EnvoyParams:
             "public_tls_sds_file": self.public_tls_sds_file,
             "public_tls_dir": str(PurePosixPath(self.public_tls_cert).parent),
             "auth_jwks_file": self.auth_jwks_file,
+            "shed_message": SHED_MESSAGE,
             "upstream_tls_cert": self.upstream_tls_cert,
             "upstream_tls_key": self.upstream_tls_key,
             "upstream_tls_ca": self.upstream_tls_ca,
@@ -264,9 +288,13 @@ def render(params: EnvoyParams = LOCAL, template: Path | None = None) -> dict[st
     if params.public_tls_cert:
         shape = shapes["public_tls_sds" if params.public_tls_sds_file else "public_tls"]
         listeners[0]["filter_chains"][0]["transport_socket"] = substitute(shape, values)
-    if params.auth_jwks_file:
-        manager = listeners[0]["filter_chains"][0]["filters"][0]["typed_config"]
-        manager["http_filters"].insert(0, authentication(shapes, values, params))
+    public = listeners[0]["filter_chains"][0]["filters"][0]["typed_config"]
+    if params.shed:
+        public["http_filters"].insert(0, substitute(shapes["public_shed"], values))
+        public["local_reply_config"] = substitute(shapes["public_shed_reply"], values)
+        unshed_probes(public, params.listeners[0][0], rest.get(params.listeners[0][0]))
+    if params.auth_jwks_file:  # first: a request without a good token counts for nothing
+        public["http_filters"].insert(0, authentication(shapes, values, params))
     if params.probe_port:
         listeners.append(substitute(shapes["probe_listener"], values))
         clusters.append(substitute(shapes["probe_cluster"], values))
@@ -293,6 +321,8 @@ def authentication(
     """The public listener's JWT filter: its provider checks the issuer and audiences that
     ``params`` name (none named: not checked)."""
     jwt: dict[str, Any] = substitute(shapes["public_auth"], values)
+    open_paths = [{"match": m} for matches in PROBE_PATHS.values() for m in matches]
+    jwt["typed_config"]["rules"][:0] = open_paths
     provider = jwt["typed_config"]["providers"][AUTH_PROVIDER]
     if params.auth_issuer:
         provider["issuer"] = params.auth_issuer
@@ -325,6 +355,22 @@ def eject_on_answers(cluster: dict[str, Any], leaf: bool) -> None:
     else:
         outlier["enforcing_consecutive_5xx"] = 0
         outlier["enforcing_consecutive_gateway_failure"] = 0
+
+
+def unshed_probes(manager: dict[str, Any], cluster: str, rest_cluster: str | None) -> None:
+    """Routes of their own for the probe paths, first, to the same replicas, with shedding off:
+    gRPC's to ``cluster``, REST's to ``rest_cluster`` (none: the hop speaks no REST)."""
+    host = manager["route_config"]["virtual_hosts"][0]
+    template = host["routes"][-1]["route"]
+    targets = {"grpc": cluster, "rest": rest_cluster}
+    off = {SHED_FILTER: {"@type": FILTER_CONFIG, "disabled": True}}
+    probes = [
+        {"match": dict(match), "route": {**copy.deepcopy(template), "cluster": target},
+         "typed_per_filter_config": off}
+        for protocol, target in targets.items() if target
+        for match in PROBE_PATHS[protocol]
+    ]  # fmt: skip
+    host["routes"][:0] = probes
 
 
 def route_by_content_type(listener: dict[str, Any], rest_cluster: str) -> None:

@@ -299,7 +299,41 @@ def test_auth_checks_tokens_on_the_public_listener_only_and_leaves_probes_open(
     assert rules[-1] == {"match": {"prefix": "/"}, "requires": {"provider_name": "inferline"}}
 
 
-def test_without_auth_the_public_listener_has_no_token_check() -> None:
-    manager = ec.render(ec.LOCAL)["static_resources"]["listeners"][0]["filter_chains"][0]
-    names = [f["name"] for f in manager["filters"][0]["typed_config"]["http_filters"]]
-    assert names == ["envoy.filters.http.router"]
+def public_manager(params: ec.EnvoyParams) -> dict[str, Any]:
+    listener = ec.render(params)["static_resources"]["listeners"][0]
+    manager: dict[str, Any] = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    return manager
+
+
+def test_the_public_listener_sheds_after_the_token_check_and_before_the_router(
+    tmp_path: Path,
+) -> None:
+    jwks = str(auth.ensure(tmp_path).jwks)
+    with_auth = public_manager(dataclasses.replace(ec.LOCAL, auth_jwks_file=jwks))
+    assert [f["name"] for f in with_auth["http_filters"]] == [
+        "envoy.filters.http.jwt_authn",  # a request without a good token counts for nothing
+        "envoy.filters.http.admission_control",
+        "envoy.filters.http.router",
+    ]
+    manager = public_manager(ec.LOCAL)
+    [shed, _] = manager["http_filters"]
+    criteria = shed["typed_config"]["success_criteria"]
+    assert 8 not in criteria["grpc_criteria"]["grpc_success_status"]  # only "saturated" fails
+    assert len(criteria["grpc_criteria"]["grpc_success_status"]) == 16
+    ranges = criteria["http_criteria"]["http_success_status"]
+    assert [range(r["start"], r["end"]) for r in ranges if 429 in range(r["start"], r["end"])] == []
+    grpc_reply, rest_reply = manager["local_reply_config"]["mappers"]
+    headers = {h["header"]["key"]: h["header"]["value"] for h in grpc_reply["headers_to_add"]}
+    assert headers == {"grpc-status": "8", "grpc-message": ec.SHED_MESSAGE}
+    assert rest_reply["status_code"] == 429
+    assert rest_reply["body_format_override"]["json_format"] == {"error": ec.SHED_MESSAGE}
+    hops = ec.render(ec.LOCAL)["static_resources"]["listeners"][1:]
+    for hop in hops:  # the inner hops never shed: middleman's admission decided already
+        inner = hop["filter_chains"][0]["filters"][0]["typed_config"]
+        assert [f["name"] for f in inner["http_filters"]] == ["envoy.filters.http.router"]
+
+
+def test_without_shedding_or_auth_the_public_listener_only_routes() -> None:
+    manager = public_manager(dataclasses.replace(ec.LOCAL, shed=False))
+    assert [f["name"] for f in manager["http_filters"]] == ["envoy.filters.http.router"]
+    assert "local_reply_config" not in manager

@@ -129,6 +129,9 @@ class StackConfig:
     # The certificates ("": run_dir/certs), made by `make certs` (inferline_stack.certs); `up`
     # makes any missing.
     certs_dir: str = ""
+    # Shedding at the public endpoint: Envoy refuses a share of new requests itself while
+    # middleman says it is saturated (docs/reliability.md); false leaves every refusal to middleman.
+    shed: bool = True
     # Authentication at the public endpoint: Envoy admits only requests with a token signed by
     # the stack's key (JWT, `make token` writes the key and a token under run_dir/auth; `up`
     # makes them when missing); health and readiness stay open. The demo client's --token.

@@ -367,6 +367,7 @@ def envoy_params(config: StackConfig) -> envoy_config.EnvoyParams:
         max_requests=capacity.ENVOY_MAX_REQUESTS,
         max_pending_requests=capacity.ENVOY_MAX_REQUESTS,
         retry_buffer_bytes=capacity.INNER_MESSAGE_BYTES,
+        shed=config.shed,
     )
     if config.auth:
         params = dataclasses.replace(
