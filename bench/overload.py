@@ -38,7 +38,10 @@ from bench.benchlib import jpegs, overload_stack, write_result
 from inferline_stack.config import StackConfig
 from inferline_testing.overload import Report, ShortDeadlines, measure, short_deadlines, table
 
-GOODPUT_SHARE = 0.9  # of the measured capacity, under ten times it
+# Goodput under ten times the capacity, as a share of the capacity measured: in front of a GPU
+# (the simulated one) refusing costs the model nothing; on these cores it competes with it.
+GOODPUT_SHARE = {"simulated": 0.95, "real": 0.8}
+RSS_GROWTH = 1.3  # every process together, under the crowd, over their peak at capacity
 REFUSAL_P99_MS = 50.0  # a probe arriving during the crowd
 RECOVERY_S = 5.0
 SHORT_REFUSAL_MS = 70.0  # a 50 ms request, plus 20 ms for the client and Envoy
@@ -53,10 +56,14 @@ def goal(what: str, value: float | None, compare: str, bound: float) -> dict[str
 def goals(result: dict[str, Any]) -> list[dict[str, Any]]:
     """Each goal with the figure measured and whether it was met (a missing figure is not)."""
     rows = []
+    share = GOODPUT_SHARE[result.get("model", "simulated")]
+    at_capacity = result["phases"][0]["peak_rss_total_mib"]
     for phase in result["phases"][1:]:  # the crowds
         name = phase["phase"]
+        growth = phase["peak_rss_total_mib"] / at_capacity if at_capacity else None
         rows += [
-            goal(f"{name}: goodput ratio", phase["goodput_ratio"], ">=", GOODPUT_SHARE),
+            goal(f"{name}: goodput ratio", phase["goodput_ratio"], ">=", share),
+            goal(f"{name}: RSS over capacity's", growth and round(growth, 2), "<=", RSS_GROWTH),
             goal(f"{name}: probe refused in p99 ms", phase["probe_refusal_p99_ms"], "<=",
                  REFUSAL_P99_MS),
             goal(f"{name}: recovered after s", phase["recovered_after_s"], "<=", RECOVERY_S),
