@@ -189,13 +189,16 @@ bench-batcher: setup ## batcher vs no batching vs Triton's own, on a SIMULATED G
 
 OVERLOAD_ARGS ?=
 
-bench-overload: model ## capacity, then 10x it (closed and open loop): goodput, refusals, memory, recovery -> bench/results/overload.json
-	$(PY) -m bench.overload $(OVERLOAD_ARGS)
+bench-overload: model ## capacity, then 10x it (closed and open loop), on the simulated GPU and the real model: goodput, refusals, memory, recovery -> bench/results/overload-*.json, docs/reliability.md
+	$(PY) -m bench.overload --model simulated $(OVERLOAD_ARGS)
+	$(PY) -m bench.overload --model real $(OVERLOAD_ARGS)
+	$(PY) -m bench.reliability_report
 
 FAULT_REPETITIONS ?= 20
 
-bench-faults: model ## kill -9 and SIGSTOP one of two replicas of each tier under load, FAULT_REPETITIONS=20 times each: failed requests, time to detection -> bench/results/faults.json
+bench-faults: model ## kill -9 and SIGSTOP one of two replicas of each tier under load, FAULT_REPETITIONS=20 times each: failed requests, time to detection -> bench/results/faults.json, docs/reliability.md
 	$(PY) -m bench.faults --repetitions $(FAULT_REPETITIONS)
+	$(PY) -m bench.reliability_report
 
 # `make soak DURATION=180`: DURATION only when given (its default is the demo's, too short here).
 SOAK_DURATION := $(if $(filter command line environment,$(origin DURATION)),$(DURATION),600)

@@ -23,7 +23,8 @@ The goals (:func:`goals`, wall-clock on the machine at hand, so reported here ra
 asserted by tests/e2e/test_overload.py, which asserts the behaviour): under each crowd a
 goodput of 90% of the capacity, a probe refused within 50 ms (p99), latency back within the
 bound 5 s after the crowd left; each 50 ms request refused within 70 ms (50 ms, plus 20 for the
-client and Envoy). Each is printed met or missed. Written to bench/results/overload.json and
+client and Envoy). Each is printed met or missed. Written to bench/results/overload-<model>.json
+(docs/reliability.md's table: ``python -m bench.reliability_report``) and
 printed.
 """
 
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(result))
     for row in result["goals"]:
         print(f"goal {row['goal']}: {row['value']} {'met' if row['met'] else 'MISSED'}")
-    print(f"written to {write_result('overload', result)}")
+    print(f"written to {write_result(f'overload-{args.model}', result)}")
     return 0
 
 

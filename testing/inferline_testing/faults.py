@@ -25,7 +25,7 @@ from demo_client.load import image_requests, send
 from inferline_envoy import admin as envoy_admin
 from inferline_stack import services
 from inferline_stack.config import BATCHER, MIDDLEMAN, TRITON, StackConfig
-from inferline_stack.processes import ProcessTable, group_alive
+from inferline_stack.processes import ProcessTable
 from inferline_stack.services import HOST, replica_name
 from inferline_testing import stack_cli
 from inferline_testing.procfs import group_pids
@@ -200,8 +200,10 @@ async def lose_one(
     if fault == STOP:
         signal_all(hit, signal.SIGCONT)
         await envoy_admin.wait_routable(config.admin_url, cluster, HOST, port, WAIT_S)
-    else:  # a pod whose Triton died stops itself, gracefully: replaced once it is gone
-        await wait_for_state(lambda: not group_alive(pgid), WAIT_S, f"{replica.name} to exit")
+    else:  # a pod whose Triton died stops itself, gracefully: replaced once it is gone (as the
+        # stack sees it: its process; what its Triton leaves behind, `make scale` frees)
+        name = replica_name(service, 1)
+        await wait_for_state(lambda: not table.running(name), WAIT_S, f"{name} to exit")
         await with_replicas(config)
     failed = Counter(o.error for o in load.outcomes if o.error is not None)
     return FaultRun(
