@@ -41,8 +41,11 @@ MODELS = {"simulated": "simulated GPU", "real": "real model (CPU)"}
 FAULT_TIERS = ("middleman", "batcher", "gpu pod", "triton")
 
 
+NONE = "-"  # a figure that does not apply
+
+
 def _ms(value: float | None) -> str:
-    return "–" if value is None else f"{value:.0f} ms"
+    return NONE if value is None else f"{value:.0f} ms"
 
 
 def _failed(row: Mapping[str, Any]) -> str:
@@ -62,13 +65,14 @@ def overload_rows(model: str, result: Mapping[str, Any]) -> list[str]:
         crowd = row["phase"] != "capacity"
         offered = row["offered"].replace("closed ", "").replace("open ", "open loop, ")
         offered += " callers" if row["offered"].startswith("closed") else ""
-        refused = _ms(row.get("probe_refusal_p99_ms")) if crowd else "–"
+        refused = _ms(row.get("probe_refusal_p99_ms")) if crowd else NONE
         recovered = row.get("recovered_after_s")
+        rss = row["peak_rss_total_mib"]
         lines.append(
             f"| {MODELS[model]} | {offered} | {row['images_per_s']} "
             f"| {row.get('goodput_ratio', 1.0):.2f} | {_failed(row)} | {_ms(row['p99_ms'])} "
-            f"| {refused} | {'–' if recovered is None else f'{recovered} s'} "
-            f"| {row['peak_rss_total_mib']:,} MiB ({row['peak_rss_total_mib'] / capacity_rss:.2f}×) |"
+            f"| {refused} | {NONE if recovered is None else f'{recovered} s'} "
+            f"| {rss:,} MiB ({rss / capacity_rss:.2f}x) |"
         )
     return lines
 
@@ -78,7 +82,7 @@ def overload_section(results: Mapping[str, dict[str, Any] | None]) -> str:
         OVERLOAD.start,
         "",
         "| Triton | offered (5 s deadline each) | images/s served | of capacity | failed | p99 "
-        "| refused in (p99) | recovered in | RSS, all processes (× at capacity) |",
+        "| refused in (p99) | recovered in | RSS, all processes (x at capacity) |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     missing, met = [], []
