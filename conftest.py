@@ -26,8 +26,8 @@ import pytest
 from inferline_stack.config import StackConfig
 from inferline_stack.health import wait_ready
 from inferline_stack.processes import ProcessTable
-from inferline_stack.stack import down, up
-from inferline_testing.ports import config_on_free_ports, free_port
+from inferline_testing.ports import free_port
+from inferline_testing.stacks import own_stack
 
 ROOT = Path(__file__).parent
 MODEL_REPOSITORY = ROOT / "build" / "model_repository"
@@ -56,17 +56,13 @@ def stack(
     model_repository: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[StackConfig]:
     """The real stack as processes on free ports; ``public_port`` is Envoy's public listener."""
-    config = config_on_free_ports(
-        tmp_path_factory.mktemp("run"),
+    with own_stack(
+        tmp_path_factory.mktemp("run"), "local",
         model_repository=str(model_repository),
         prometheus_config=str(ROOT / "grafana" / "prometheus" / "prometheus.yml"),
         scrape_interval_s=1.0,  # series within a second or two of load
-    )
-    table = ProcessTable(Path(config.run_dir))
-    if up(config, table) != 0:
-        pytest.fail("the local stack did not start; see the log tail above")
-    yield config
-    down(config, table)
+    ) as config:  # fmt: skip
+        yield config
 
 
 def _service_env(service: str, port: int, **settings: str) -> dict[str, str]:

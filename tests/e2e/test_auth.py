@@ -26,10 +26,8 @@ from demo_client.transports import TRANSPORTS, Transport
 from inferline_envoy import admin
 from inferline_stack import auth
 from inferline_stack.config import StackConfig
-from inferline_stack.processes import ProcessTable
-from inferline_stack.stack import down, up
 from inferline_testing import media
-from inferline_testing.ports import config_on_free_ports
+from inferline_testing.stacks import own_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -41,18 +39,11 @@ def auth_stack(
     model_repository: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[StackConfig]:
     """A stack of its own with auth on: one model, no Prometheus (nothing here needs it)."""
-    config = config_on_free_ports(
-        tmp_path_factory.mktemp("auth-run"),
-        model_repository=str(model_repository),
-        models="",
-        prometheus=False,
-        auth=True,
-    )
-    table = ProcessTable(Path(config.run_dir))
-    if up(config, table) != 0:
-        pytest.fail("the auth stack did not start; see the log tail above")
-    yield config
-    down(config, table)
+    with own_stack(
+        tmp_path_factory.mktemp("auth-run"), "auth",
+        model_repository=str(model_repository), models="", prometheus=False, auth=True,
+    ) as config:  # fmt: skip
+        yield config
 
 
 def signing_key(config: StackConfig) -> bytes:

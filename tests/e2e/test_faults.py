@@ -21,10 +21,8 @@ from pathlib import Path
 import pytest
 
 from inferline_stack.config import StackConfig
-from inferline_stack.processes import ProcessTable
-from inferline_stack.stack import down, up
 from inferline_testing import faults, media
-from inferline_testing.ports import config_on_free_ports
+from inferline_testing.stacks import own_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -33,12 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def fault_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackConfig]:
-    config = config_on_free_ports(tmp_path_factory.mktemp("faults"), model="simulated_gpu")
-    table = ProcessTable(Path(config.run_dir))
-    if up(config, table) != 0:
-        pytest.fail("the fault stack did not start; see the log tail above")
-    yield config
-    down(config, table)
+    with own_stack(tmp_path_factory.mktemp("faults"), "fault", model="simulated_gpu") as config:
+        yield config
 
 
 def images() -> list[bytes]:

@@ -23,8 +23,6 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferline import capacity
 from inferline_stack.config import StackConfig
-from inferline_stack.processes import ProcessTable
-from inferline_stack.stack import down, up
 from inferline_testing import media
 from inferline_testing.overload import (
     SIMULATED,
@@ -33,7 +31,7 @@ from inferline_testing.overload import (
     short_deadlines,
     table,
 )
-from inferline_testing.ports import config_on_free_ports
+from inferline_testing.stacks import own_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -57,14 +55,10 @@ RSS_CAPS_MIB = {
 def overload_stack(
     model_repository: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[StackConfig]:
-    config = config_on_free_ports(
-        tmp_path_factory.mktemp("overload"), model_repository=str(model_repository), **SIMULATED
-    )
-    table = ProcessTable(Path(config.run_dir))
-    if up(config, table) != 0:
-        pytest.fail("the overload stack did not start; see the log tail above")
-    yield config
-    down(config, table)
+    run_dir = tmp_path_factory.mktemp("overload")
+    repository = str(model_repository)
+    with own_stack(run_dir, "overload", model_repository=repository, **SIMULATED) as config:
+        yield config
 
 
 def images() -> list[bytes]:

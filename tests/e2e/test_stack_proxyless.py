@@ -17,10 +17,9 @@ import pytest
 from inferline_stack.config import StackConfig
 from inferline_stack.processes import ProcessTable
 from inferline_stack.scale import scale
-from inferline_stack.stack import down, up
 from inferline_testing import media
 from inferline_testing.harness import flowing, load
-from inferline_testing.ports import config_on_free_ports
+from inferline_testing.stacks import own_stack
 from inferline_testing.waits import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -30,17 +29,11 @@ WAIT_S = 60.0  # generous: only bounds how long a broken run takes to fail
 
 @pytest.fixture(scope="module")
 def proxyless_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackConfig]:
-    config = config_on_free_ports(
-        tmp_path_factory.mktemp("proxyless"),
-        model="simulated_gpu",
-        placement="in-process",
-        proxyless=True,
-    )
-    table = ProcessTable(Path(config.run_dir))
-    if up(config, table) != 0:
-        pytest.fail("the proxyless stack did not start; see the log tail above")
-    yield config
-    down(config, table)
+    with own_stack(
+        tmp_path_factory.mktemp("proxyless"), "proxyless",
+        model="simulated_gpu", placement="in-process", proxyless=True,
+    ) as config:  # fmt: skip
+        yield config
 
 
 def served(config: StackConfig, replica: int) -> float:

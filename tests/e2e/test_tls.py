@@ -27,10 +27,8 @@ from tritonclient.utils import InferenceServerException
 
 from inferline_stack import certs, health, services
 from inferline_stack.config import StackConfig
-from inferline_stack.processes import ProcessTable
-from inferline_stack.stack import down, up
 from inferline_testing import media
-from inferline_testing.ports import config_on_free_ports
+from inferline_testing.stacks import own_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -42,18 +40,11 @@ def tls_stack(
     model_repository: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[StackConfig]:
     """A stack of its own with TLS on: one model, no Prometheus (nothing here needs them)."""
-    config = config_on_free_ports(
-        tmp_path_factory.mktemp("tls-run"),
-        model_repository=str(model_repository),
-        models="",
-        prometheus=False,
-        tls=True,
-    )
-    table = ProcessTable(Path(config.run_dir))
-    if up(config, table) != 0:
-        pytest.fail("the TLS stack did not start; see the log tail above")
-    yield config
-    down(config, table)
+    with own_stack(
+        tmp_path_factory.mktemp("tls-run"), "TLS",
+        model_repository=str(model_repository), models="", prometheus=False, tls=True,
+    ) as config:  # fmt: skip
+        yield config
 
 
 @pytest.fixture(scope="module")

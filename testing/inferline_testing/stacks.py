@@ -1,0 +1,34 @@
+"""A local stack of a test's own: on free ports, up for the block, down after it.
+
+    with own_stack(tmp_path_factory.mktemp("auth"), "auth", auth=True) as config:
+        ...
+
+``settings`` are StackConfig fields; a stack that does not start fails the test, naming it (the
+stack has printed its log tail).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inferline_stack.config import StackConfig
+from inferline_stack.processes import ProcessTable
+from inferline_stack.stack import down, up
+from inferline_testing.ports import config_on_free_ports
+
+
+@contextlib.contextmanager
+def own_stack(run_dir: Path, what: str, **settings: Any) -> Iterator[StackConfig]:
+    config = config_on_free_ports(run_dir, **settings)
+    table = ProcessTable(Path(config.run_dir))
+    if up(config, table) != 0:
+        pytest.fail(f"the {what} stack did not start; see the log tail above")
+    try:
+        yield config
+    finally:
+        down(config, table)
