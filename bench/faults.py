@@ -40,7 +40,7 @@ async def run(
                 await faults.with_replicas(config)
                 run = await faults.lose_one(config, tier, fault, images)
                 runs.append(run)
-                codes = f" {run.failed}" if run.failed else ""
+                codes = f" {run.failed} {run.messages}" if run.failed else ""
                 print(
                     f"[{len(runs)}/{total}] {tier} {fault} #{repetition + 1}: {run.requests} "
                     f"requests, {sum(run.failed.values())} failed{codes}, detected after "

@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from demo_client.client import open_clients
-from demo_client.load import image_requests, send
+from tritonclient.utils import InferenceServerException
+
+from demo_client.client import open_clients, status_name
+from demo_client.load import image_requests
 from inferline_envoy import admin as envoy_admin
 from inferline_stack import services
 from inferline_stack.config import BATCHER, MIDDLEMAN, TRITON, StackConfig
@@ -46,6 +48,7 @@ class Outcome:
     sent: float  # loop time
     latency_s: float
     error: str | None  # a status code name, None when answered
+    message: str = ""  # what the failure said
 
 
 @dataclass
@@ -72,8 +75,14 @@ async def closed_loop(
     async def caller(client: Any, number: int) -> None:
         while not stop.is_set():
             sent = loop.time()
-            error = await send(client, "classifier", factory(number), timeout_s)
-            load.outcomes.append(Outcome(sent, loop.time() - sent, error))
+            request = factory(number)
+            inputs, outputs = list(request.inputs), list(request.outputs)
+            error, message = None, ""
+            try:
+                await client.infer("classifier", inputs, outputs=outputs, client_timeout=timeout_s)
+            except InferenceServerException as exc:
+                error, message = status_name(exc), exc.message() or str(exc)
+            load.outcomes.append(Outcome(sent, loop.time() - sent, error, message))
             number += concurrency
 
     async with open_clients(target, 2) as clients:
@@ -98,6 +107,7 @@ class FaultRun:
     detected_s: float  # from the fault until Envoy sent the replica no new request
     slowest_s: float  # the slowest request sent while the replica was lost or before
     replica_requests: int  # requests Envoy had sent the replica when it was lost
+    messages: dict[str, str] = field(default_factory=dict)  # status -> what its first one said
 
     def row(self) -> dict[str, object]:
         return {
@@ -109,6 +119,7 @@ class FaultRun:
             "detected_s": round(self.detected_s, 3),
             "slowest_s": round(self.slowest_s, 3),
             "replica_requests": self.replica_requests,
+            "messages": self.messages,
         }
 
 
@@ -205,7 +216,8 @@ async def lose_one(
         name = replica_name(service, 1)
         await wait_for_state(lambda: not table.running(name), WAIT_S, f"{name} to exit")
         await with_replicas(config)
-    failed = Counter(o.error for o in load.outcomes if o.error is not None)
+    failures = [(o.error, o.message) for o in load.outcomes if o.error is not None]
+    failed = Counter(error for error, _ in failures)
     return FaultRun(
         tier=tier,
         fault=fault,
@@ -214,6 +226,7 @@ async def lose_one(
         detected_s=detected,
         slowest_s=max(o.latency_s for o in load.outcomes),
         replica_requests=served,
+        messages=dict(reversed(failures)),  # the first of each status
     )
 
 

@@ -170,6 +170,14 @@ class LocalTriton:
                     )
                     self._registered = False
                     continue
+                if exc.code() == grpc.StatusCode.NOT_FOUND and request.model_name in self._specs:
+                    # It served this model a moment ago: the pod is failing (a model backend
+                    # died, Triton dropped the model), not the caller; another pod can answer.
+                    raise InferError(
+                        grpc.StatusCode.UNAVAILABLE,
+                        f"Triton at {self.url} no longer serves model {request.model_name!r} "
+                        f"({exc.details()})",
+                    ) from None
                 raise from_upstream(exc, f"Triton at {self.url}") from None
         raise AssertionError("unreachable")
 
