@@ -73,7 +73,14 @@ def test_the_public_listener_routes_grpc_to_middleman_and_the_rest_to_its_rest_p
     config = ec.render(ec.LOCAL)
     listeners = by_name(config["static_resources"]["listeners"])
     manager = listeners["middleman"]["filter_chains"][0]["filters"][0]["typed_config"]
-    grpc_route, rest_route = manager["route_config"]["virtual_hosts"][0]["routes"]
+    *probes, grpc_route, rest_route = manager["route_config"]["virtual_hosts"][0]["routes"]
+    # First, liveness and readiness to the same replicas, with shedding off.
+    expected = [(m, "middleman") for m in ec.PROBE_PATHS["grpc"]]
+    expected += [(m, "middleman-rest") for m in ec.PROBE_PATHS["rest"]]
+    assert [(r["match"], r["route"]["cluster"]) for r in probes] == expected
+    for route in probes:
+        assert route["typed_per_filter_config"][ec.SHED_FILTER]["disabled"] is True
+        assert route["route"]["retry_policy"] == rest_route["route"]["retry_policy"]
     assert grpc_route["match"]["headers"] == [ec.GRPC_MATCH]
     assert (grpc_route["route"]["cluster"], rest_route["route"]["cluster"]) == (
         "middleman", "middleman-rest",
