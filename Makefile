@@ -21,7 +21,7 @@ FUZZ_SECONDS ?= 60
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup certs token model up down status scale demo demo-web grafana images deploy undeploy verify-cluster k8s-envoy checkov test fuzz lint check-packages format docs bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload bench-faults soak clean
+.PHONY: help setup certs token model up down status scale demo demo-web grafana images deploy undeploy verify-cluster checkov test fuzz lint check-packages format docs bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload bench-faults soak clean
 
 help: ## list the targets
 	@echo "inferline — scale-out inference pipeline (see README.md)"
@@ -96,16 +96,6 @@ undeploy: setup ## delete what `make deploy` applied (OVERLAY=gpu|cpu)
 
 verify-cluster: setup ## prove a deployment: rollouts, Envoy holds every Triton pod, demo client, Triton 1 -> 2
 	$(PY) -m tools.cluster verify
-
-k8s-envoy: setup ## re-render k8s/base/envoy/envoy.yaml, components/tls's and components/auth's from the one Envoy template (a test checks they are current)
-	$(PY) -m inferline_envoy.config --kubernetes -o k8s/base/envoy/envoy.yaml --validate
-	$(PY) -m inferline_envoy.config --kubernetes --public-tls-cert /etc/envoy-tls/tls.crt \
-		--public-tls-key /etc/envoy-tls/tls.key --public-tls-sds-file /etc/envoy/public.sds.yaml \
-		--sds-output k8s/components/tls/public.sds.yaml -o k8s/components/tls/envoy.yaml
-	$(PY) -m inferline_envoy.config --kubernetes --public-tls-cert /etc/envoy-tls/tls.crt \
-		--public-tls-key /etc/envoy-tls/tls.key --public-tls-sds-file /etc/envoy/public.sds.yaml \
-		--auth-jwks-file /etc/envoy-auth/jwks.json --auth-audiences inferline \
-		--sds-output k8s/components/auth/public.sds.yaml -o k8s/components/auth/envoy.yaml
 
 CHECKOV_STAMP := .venv-checkov/.installed
 

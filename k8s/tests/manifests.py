@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from inferline_envoy import config as envoy_config
 from inferline_testing import tools
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -211,3 +212,27 @@ def containers(objects: list[dict[str, Any]]) -> Iterator[Container]:
         for kind in ("initContainers", "containers", "ephemeralContainers"):
             for container in spec.get(kind) or []:
                 yield Container(workload_name(obj), kind, container, spec)
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """Envoy's bootstrap as its pod renders it (the init container's flags, through the renderer
+    in the Envoy image), and the SDS file beside it where the flags ask for one."""
+
+    params: envoy_config.EnvoyParams
+    config: dict[str, Any]
+    sds: dict[str, Any] | None
+
+    def text(self) -> str:
+        return envoy_config.dump(self.config)
+
+
+def envoy_bootstrap(objects: list[dict[str, Any]]) -> Bootstrap:
+    """The bootstrap Envoy's Deployment in ``objects`` renders when its pod starts."""
+    pod = find(objects, "Deployment", "envoy")["spec"]["template"]["spec"]
+    [init] = [c for c in pod.get("initContainers", []) if c["name"] == "bootstrap"]
+    assert init["command"] == ["python", "-m", "inferline_envoy.config"], init["command"]
+    params, args = envoy_config.parse_args(init["args"])
+    config = envoy_config.render(params)
+    sds = envoy_config.render_sds(params) if args.sds_output else None
+    return Bootstrap(params, config, sds)

@@ -46,7 +46,15 @@ from inferline_testing.harness import EnvoyProcess, Probe, Process, python, wait
 from inferline_testing.ports import free_port
 from inferline_testing.probe import STATS_MODEL
 from inferline_testing.waits import wait_for
-from k8s.tests.manifests import OVERLAYS, ROOT, Container, containers, find, render
+from k8s.tests.manifests import (
+    OVERLAYS,
+    ROOT,
+    Container,
+    containers,
+    envoy_bootstrap,
+    find,
+    render,
+)
 
 WAIT_S = 60.0  # generous: only bounds how long a broken run takes to fail
 FAKE_API = ROOT / "control" / "eds" / "tests" / "conftest.py"
@@ -292,7 +300,7 @@ async def test_rendered_eds_and_envoy_route_to_every_services_endpoints(
     triton_annotations = find(objects, "Deployment", "triton")["spec"]["template"]["metadata"][
         "annotations"
     ]
-    bootstrap_text = find(objects, "ConfigMap", "envoy-bootstrap")["data"]["envoy.yaml"]
+    bootstrap_text = envoy_bootstrap(objects).text()
     envoy_deployment = find(objects, "Deployment", "envoy")
     [envoy_container] = envoy_deployment["spec"]["template"]["spec"]["containers"]
 

@@ -29,7 +29,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-import yaml
 
 from k8s.tests.manifests import (
     EVERYTHING_BY_PLACEMENT,
@@ -37,6 +36,7 @@ from k8s.tests.manifests import (
     OVERLAYS,
     Container,
     containers,
+    envoy_bootstrap,
     find,
     pod_specs,
     render,
@@ -339,9 +339,12 @@ def test_envoy_runs_the_ads_bootstrap_with_admin_on_loopback(overlay: str) -> No
     ]
     volumes = {v["name"]: v for v in pod["volumes"]}
     [mount] = [m for m in envoy["volumeMounts"] if m["mountPath"] == "/etc/envoy"]
-    configmap = volumes[mount["name"]]["configMap"]["name"]
-    bootstrap = yaml.safe_load(find(objects, "ConfigMap", "envoy-bootstrap")["data"]["envoy.yaml"])
-    assert configmap == find(objects, "ConfigMap", "envoy-bootstrap")["metadata"]["name"]
+    [init] = pod["initContainers"]  # renders the bootstrap into the volume Envoy reads it from
+    assert [m["mountPath"] for m in init["volumeMounts"] if m["name"] == mount["name"]] == [
+        "/etc/envoy"
+    ]
+    assert "emptyDir" in volumes[mount["name"]] and mount["readOnly"]
+    bootstrap = envoy_bootstrap(objects).config
     assert bootstrap["dynamic_resources"]["ads_config"]["api_type"] in ("GRPC", "DELTA_GRPC")
     # Admin on the pod's loopback, and not a port of the pod.
     admin = bootstrap["admin"]["address"]["socket_address"]
