@@ -48,6 +48,10 @@ def _ms(value: float | None) -> str:
     return NONE if value is None else f"{value:.0f} ms"
 
 
+def _share(value: float | None) -> str:
+    return NONE if value is None else f"{value:.0%}"
+
+
 def _failed(row: Mapping[str, Any]) -> str:
     codes = row["failed_by_code"]
     if not codes:
@@ -72,7 +76,7 @@ def overload_rows(model: str, result: Mapping[str, Any]) -> list[str]:
             f"| {MODELS[model]} | {offered} | {row['images_per_s']} "
             f"| {row.get('goodput_ratio', 1.0):.2f} | {_failed(row)} | {_ms(row['p99_ms'])} "
             f"| {refused} | {NONE if recovered is None else f'{recovered} s'} "
-            f"| {rss:,} MiB ({rss / capacity_rss:.2f}x) |"
+            f"| {rss:,} MiB ({rss / capacity_rss:.2f}x) | {_share(row.get('generator_cpu'))} |"
         )
     return lines
 
@@ -82,8 +86,9 @@ def overload_section(results: Mapping[str, dict[str, Any] | None]) -> str:
         OVERLOAD.start,
         "",
         "| Triton | offered (5 s deadline each) | images/s served | of capacity | failed | p99 "
-        "| refused in (p99) | recovered in | RSS, all processes (x at capacity) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| refused in (p99) | recovered in | RSS, all processes (x at capacity) "
+        "| CPU the load generator took |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     missing, met = [], []
     for model in MODELS:

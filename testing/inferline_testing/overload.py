@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import resource
 import sys
 import tempfile
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +47,9 @@ class Phase:
     offered: str  # what was offered: "closed 32" or "open 440/s"
     summary: Summary
     peak_rss: dict[str, int] = field(default_factory=dict)  # process -> bytes, during the phase
+    # The share of the machine's cores the load generator (this process) used meanwhile: on a
+    # machine it shares with the pipeline, what it costs is taken from the pipeline.
+    generator_cpu: float | None = None
 
     @property
     def goodput(self) -> float:
@@ -63,7 +68,23 @@ class Phase:
             "refusal_p99_ms": None if s.failed_p99_ms is None else round(s.failed_p99_ms, 1),
             "peak_rss_mib": {k: round(v / MiB) for k, v in sorted(self.peak_rss.items())},
             "peak_rss_total_mib": round(sum(self.peak_rss.values()) / MiB),
+            "generator_cpu": None if self.generator_cpu is None else round(self.generator_cpu, 2),
         }
+
+
+@contextlib.contextmanager
+def own_cpu() -> Iterator[list[float]]:
+    """The share of this machine's cores this process used while the block ran (filled in on
+    leaving, as the list's one item)."""
+    share: list[float] = []
+    start, wall = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
+    try:
+        yield share
+    finally:
+        end = resource.getrusage(resource.RUSAGE_SELF)
+        used = end.ru_utime - start.ru_utime + end.ru_stime - start.ru_stime
+        cores = len(os.sched_getaffinity(0))
+        share.append(used / max(time.monotonic() - wall, 1e-9) / cores)
 
 
 def stack_groups(config: StackConfig) -> dict[str, int]:
@@ -286,9 +307,12 @@ async def measure(config: StackConfig, images: list[bytes], duration_s: float) -
     groups = stack_groups(config)
     await offer(target, images, duration_s=3.0, concurrency=CAPACITY_CALLERS)  # warm up
     unloaded = p99_ms(await probe(target, images, 5.0)) or 0.0
-    async with peak_rss(groups) as peaks:
-        summary = await offer(target, images, duration_s=duration_s, concurrency=CAPACITY_CALLERS)
-    capacity = Phase("capacity", f"closed {CAPACITY_CALLERS}", summary, dict(peaks))
+    with own_cpu() as cpu:
+        async with peak_rss(groups) as peaks:
+            summary = await offer(
+                target, images, duration_s=duration_s, concurrency=CAPACITY_CALLERS
+            )
+    capacity = Phase("capacity", f"closed {CAPACITY_CALLERS}", summary, dict(peaks), *cpu)
     if not summary.images:
         raise RuntimeError(f"the capacity run served nothing: failed {summary.errors_by_code}")
     rate = capacity.goodput * CROWD_FACTOR
@@ -297,16 +321,17 @@ async def measure(config: StackConfig, images: list[bytes], duration_s: float) -
         ("closed crowd", CROWD_CALLERS, None, f"closed {CROWD_CALLERS}"),
         ("open crowd", 4 * CROWD_CALLERS, rate, f"open {rate:.0f}/s"),
     ):
-        async with peak_rss(groups) as peaks:
-            result = await spike(
-                target,
-                images,
-                duration_s=duration_s,
-                concurrency=concurrency,
-                rate=crowd_rate,
-                warmup_s=CROWD_WARMUP_S,
-            )
-        crowds.append((Phase(name, offered, result.summary, dict(peaks)), result))
+        with own_cpu() as cpu:
+            async with peak_rss(groups) as peaks:
+                result = await spike(
+                    target,
+                    images,
+                    duration_s=duration_s,
+                    concurrency=concurrency,
+                    rate=crowd_rate,
+                    warmup_s=CROWD_WARMUP_S,
+                )
+        crowds.append((Phase(name, offered, result.summary, dict(peaks), *cpu), result))
     return Report(unloaded, capacity, crowds)
 
 
@@ -422,7 +447,8 @@ def table(result: dict[str, Any]) -> str:
             f"{row.get('recovered_after_s', '-')!s:>13}{row['peak_rss_total_mib']:>9}"
         )
         lines.append(
-            f"{'':<14}failed {row['failed_by_code']}; peak RSS (MiB) {row['peak_rss_mib']}"
+            f"{'':<14}failed {row['failed_by_code']}; peak RSS (MiB) {row['peak_rss_mib']}; "
+            f"the load generator used {row.get('generator_cpu')} of the machine's cores"
         )
     lines.append(
         "refused in: p99 of how fast a paced probe arriving during the crowd was refused / of "
