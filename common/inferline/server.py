@@ -67,6 +67,8 @@ class RunningServer:
     health: health.aio.HealthServicer
     port: int
     service_names: tuple[str, ...]
+    probe: grpc.aio.Server | None = None  # the plaintext health-only port, if any
+    probe_port: int = 0
 
     async def set_serving(self, serving: bool) -> None:
         status = (
@@ -81,6 +83,8 @@ class RunningServer:
         """NOT_SERVING first, then stop, letting calls in flight finish within ``grace`` s."""
         await self.set_serving(False)
         await self.server.stop(grace)
+        if self.probe is not None:
+            await self.probe.stop(0)
 
 
 async def start_server(
@@ -91,9 +95,14 @@ async def start_server(
     host: str = "0.0.0.0",
     max_message_bytes: int = MAX_MESSAGE_BYTES,
     tls: ServerTls | None = None,
+    health_port: int | None = None,
 ) -> RunningServer:
     """Start a server for ``name`` on ``port`` (0 picks a free one) and mark it SERVING;
-    over TLS (mutual when ``tls`` names a CA) when ``tls`` is given."""
+    over TLS (mutual when ``tls`` names a CA) when ``tls`` is given.
+
+    ``health_port``: a second, plaintext port that answers ``grpc.health.v1`` only, with the
+    same statuses (0 picks one): what a kubelet's gRPC probe reaches while the service's own
+    port asks every client for a certificate (it presents none)."""
     server = grpc.aio.server(
         interceptors=[RpcMetrics(name)], options=server_options(max_message_bytes)
     )
@@ -104,19 +113,56 @@ async def start_server(
     reflection.enable_server_reflection(
         (*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    address = f"{host}:{port}"
-    if tls is None:
-        bound = server.add_insecure_port(address)
-    else:
-        bound = server.add_secure_port(address, tls.grpc_credentials())
-    if bound == 0:
+    credentials = None if tls is None else tls.grpc_credentials()
+    bound = bind(server, host, port, credentials)
+    if not bound:
         raise OSError(f"{name}: cannot listen on {host}:{port} (port in use?)")
     await server.start()
     running = RunningServer(server, health_servicer, bound, tuple(service_names))
+    if health_port is not None:
+        try:
+            probe, probe_port = await start_probe(health_servicer, host, health_port)
+        except OSError as exc:
+            await server.stop(0)
+            raise OSError(f"{name}: {exc}") from None
+        running.probe, running.probe_port = probe, probe_port
     await running.set_serving(True)
     security = "plaintext" if tls is None else "mTLS" if tls.mutual else "TLS"
     logger.info("%s serving gRPC (%s) on %s:%d", name, security, host, bound)
+    if running.probe is not None:
+        logger.info("%s answering health checks (plaintext) on %s:%d", name, host,
+                    running.probe_port)  # fmt: skip
     return running
+
+
+async def start_probe(
+    servicer: health.aio.HealthServicer, host: str, port: int
+) -> tuple[grpc.aio.Server, int]:
+    """A plaintext server with ``servicer`` (health only) on ``port``; and the port bound."""
+    probe = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, probe)
+    bound = bind(probe, host, port)
+    if not bound:
+        raise OSError(f"cannot answer health checks on {host}:{port} (port in use?)")
+    await probe.start()
+    return probe, bound
+
+
+def bind(
+    server: grpc.aio.Server,
+    host: str,
+    port: int,
+    credentials: grpc.ServerCredentials | None = None,
+) -> int:
+    """Listen on ``host:port`` (over TLS with ``credentials``); the port bound, 0 if it cannot
+    (grpcio answers a port in use with 0 or, since 1.6x, a RuntimeError)."""
+    address = f"{host}:{port}"
+    try:
+        if credentials is None:
+            return int(server.add_insecure_port(address))
+        return int(server.add_secure_port(address, credentials))
+    except RuntimeError:
+        return 0
 
 
 async def wait_for_signal() -> signal.Signals:

@@ -24,6 +24,7 @@ async def serve(
     host: str = "0.0.0.0",
     max_message_bytes: int = MAX_MESSAGE_BYTES,
     tls: ServerTls | None = None,
+    health_port: int | None = None,
 ) -> RunningServer:
     """Serve ``servicer`` as KServe v2 gRPC on ``port`` (:func:`inferline.server.start_server`)."""
     return await start_server(
@@ -34,6 +35,7 @@ async def serve(
         host=host,
         max_message_bytes=max_message_bytes,
         tls=tls,
+        health_port=health_port,
     )
 
 

@@ -1,11 +1,15 @@
 """TLS for a service's own ports: the settings every service shares, checked at startup.
 
-Each service reads ``INFERLINE_<SERVICE>_TLS_CERT``, ``_TLS_KEY`` and ``_TLS_CA`` (files, PEM):
+Each service reads ``INFERLINE_<SERVICE>_TLS_CERT``, ``_TLS_KEY`` and ``_TLS_CA`` (files, PEM),
+and ``_HEALTH_PORT``:
 
 - none set: plaintext (the default; inside a trusted network, or behind a mesh);
 - cert and key: the gRPC port (and middleman's REST port) serve TLS;
 - cert, key and CA: mutual TLS: a client must present a certificate the CA signed (Envoy's),
   and one without is refused in the handshake.
+
+- a health port: a second, plaintext port answering ``grpc.health.v1`` only (what a kubelet's
+  gRPC probe reaches, which presents no certificate).
 
 A missing or unreadable file, or a key without its certificate, fails startup naming the
 variable. The files are read once at startup.
@@ -32,6 +36,10 @@ class TlsSettings(Protocol):
     def tls_key(self) -> str: ...
     @property
     def tls_ca(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def health_port(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,12 @@ def require_tls(settings: TlsSettings, prefix: str) -> None:
     """For ``__post_init__``: both or neither of cert and key, a CA only with them, and every
     file named readable. Raises ConfigError naming the variable."""
     cert, key, ca = settings.tls_cert, settings.tls_key, settings.tls_ca
+    probe = settings.health_port
+    if not 0 <= probe < 65536 or (probe and probe == settings.port):
+        raise ConfigError(
+            f"{env_name(prefix, 'health_port')}={probe}: must be a TCP port other than "
+            f"{env_name(prefix, 'port')} (0: none)"
+        )
     if bool(cert) != bool(key):
         missing = "tls_key" if cert else "tls_cert"
         raise ConfigError(
@@ -110,6 +124,11 @@ def require_tls(settings: TlsSettings, prefix: str) -> None:
                 f"{env_name(prefix, 'tls_ca')}={ca!r}: not PEM CA certificates "
                 f"({exc.reason or exc})"
             ) from None
+
+
+def health_port(settings: TlsSettings) -> int | None:
+    """The plaintext health-only port to open (``None``: none)."""
+    return settings.health_port or None
 
 
 def server_tls(settings: TlsSettings) -> ServerTls | None:

@@ -21,6 +21,8 @@ class Settings:
     tls_cert: str = ""
     tls_key: str = ""
     tls_ca: str = ""
+    port: int = 8090
+    health_port: int = 0
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +88,48 @@ async def test_mtls_refuses_a_certificate_another_ca_signed(
         await running.stop(0)
 
 
+async def test_the_health_port_answers_a_plaintext_probe_and_nothing_else(
+    made: certs.Certs,
+) -> None:
+    """What a kubelet's gRPC probe (no certificate) reaches while the service port is mTLS: the
+    same statuses, and only grpc.health.v1 (reflection, the service itself: UNIMPLEMENTED)."""
+    running = await start_server(
+        "unit", 0, [], ["example.Service"], host="127.0.0.1", tls=server_tls(mtls(made)),
+        health_port=0,
+    )  # fmt: skip
+    try:
+        assert running.probe_port not in (0, running.port)
+        assert await check(running.probe_port, None) == health_pb2.HealthCheckResponse.SERVING
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{running.probe_port}") as channel:
+            method = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+            reflection = channel.stream_stream(method)
+            with pytest.raises(grpc.aio.AioRpcError) as other:
+                async for _ in reflection(iter([b""]), timeout=10):
+                    pass
+            assert other.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        with pytest.raises(grpc.aio.AioRpcError) as plaintext:
+            await check(running.port, None)
+        assert plaintext.value.code() == grpc.StatusCode.UNAVAILABLE
+        await running.set_serving(False)  # draining: the probe sees it too
+        assert await check(running.probe_port, None) == health_pb2.HealthCheckResponse.NOT_SERVING
+    finally:
+        await running.stop(0)
+    with pytest.raises(grpc.aio.AioRpcError) as stopped:
+        await check(running.probe_port, None)
+    assert stopped.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_a_health_port_in_use_fails_startup_naming_it(made: certs.Certs) -> None:
+    first = await start_server("unit", 0, [], [], host="127.0.0.1", health_port=0)
+    try:
+        with pytest.raises(OSError, match=f"second: cannot answer health checks on 127.0.0.1:"
+                                          f"{first.probe_port}"):  # fmt: skip
+            await start_server("second", 0, [], [], host="127.0.0.1",
+                               health_port=first.probe_port)  # fmt: skip
+    finally:
+        await first.stop(0)
+
+
 def test_no_settings_is_plaintext() -> None:
     require_tls(Settings(), "INFERLINE_UNIT")
     assert server_tls(Settings()) is None
@@ -109,6 +153,10 @@ def test_bad_settings_fail_naming_the_variable(made: certs.Certs, tmp_path: Path
         "INFERLINE_UNIT_TLS_CA='/nope.crt': No such file": Settings(cert, key, "/nope.crt"),
         "INFERLINE_UNIT_TLS_CERT=.*: not a PEM certificate": Settings(str(garbage), key),
         "INFERLINE_UNIT_TLS_CA=.*: not PEM CA": Settings(cert, key, str(garbage)),
+        "INFERLINE_UNIT_HEALTH_PORT=8090: must be a TCP port other than INFERLINE_UNIT_PORT": (
+            Settings(cert, key, health_port=8090)
+        ),
+        "INFERLINE_UNIT_HEALTH_PORT=70000: must be a TCP port": Settings(health_port=70000),
     }
     for message, settings in cases.items():
         with pytest.raises(ConfigError, match=message):

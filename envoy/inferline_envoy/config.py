@@ -31,6 +31,7 @@ import yaml
 TEMPLATE_NAME = "envoy.template.yaml"  # package data, beside this module in the wheel
 PLACEHOLDER = re.compile(r"\$\{([a-z_]+)\}")
 XDS_APIS = ("GRPC", "DELTA_GRPC")
+XDS_TLS_NAME = "eds"  # what the control plane's certificate names, under xds_tls
 DEFAULT_LISTENERS = (("middleman", 8080), ("preprocess", 8081), ("batcher", 8082), ("triton", 8083))
 # Hops whose listener also takes HTTP/REST, and the cluster of their REST port.
 DEFAULT_REST = (("middleman", "middleman-rest"),)
@@ -126,6 +127,9 @@ class EnvoyParams:
     upstream_tls_cert: str = ""
     upstream_tls_key: str = ""
     upstream_tls_ca: str = ""
+    # The xDS stream over mTLS too, with the same client certificate and CA; the control plane's
+    # certificate must name "eds".
+    xds_tls: bool = False
 
     def __post_init__(self) -> None:
         if self.xds_api not in XDS_APIS:
@@ -157,10 +161,10 @@ class EnvoyParams:
         if self.num_retries < 0 or not 0 <= self.retry_budget_percent <= 100:
             raise ValueError("num_retries must be >= 0 and retry_budget_percent within 0-100")
         files = (self.upstream_tls_cert, self.upstream_tls_key, self.upstream_tls_ca)
-        if self.tls_clusters and not all(files):
+        if (self.tls_clusters or self.xds_tls) and not all(files):
             raise ValueError(
-                "mTLS to upstream_tls_clusters needs upstream_tls_cert, upstream_tls_key and "
-                "upstream_tls_ca"
+                "mTLS to upstream_tls_clusters or xDS needs upstream_tls_cert, upstream_tls_key "
+                "and upstream_tls_ca"
             )
 
     @property
@@ -285,6 +289,9 @@ def render(params: EnvoyParams = LOCAL, template: Path | None = None) -> dict[st
             if mtls:
                 rest_cluster["transport_socket"] = upstream_tls(shapes, values, name, "http/1.1")
             clusters.append(rest_cluster)
+    if params.xds_tls:
+        xds = next(c for c in config["static_resources"]["clusters"] if c["name"] == "xds")
+        xds["transport_socket"] = upstream_tls(shapes, values, XDS_TLS_NAME, "h2")
     if params.public_tls_cert:
         shape = shapes["public_tls_sds" if params.public_tls_sds_file else "public_tls"]
         listeners[0]["filter_chains"][0]["transport_socket"] = substitute(shape, values)
@@ -455,9 +462,12 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[EnvoyParams, argparse
         if f.name in skip:
             continue
         kind = type(getattr(LOCAL, f.name))
+        shape: dict[str, Any] = (
+            {"action": argparse.BooleanOptionalAction} if kind is bool else {"type": kind}
+        )  # --shed / --no-shed: a type of bool would take "--shed false" as true
         parser.add_argument(
             "--" + f.name.replace("_", "-"),
-            type=kind,
+            **shape,
             default=None,
             help=f"local default {getattr(LOCAL, f.name)!r}, "
             f"kubernetes {getattr(KUBERNETES, f.name)!r}",

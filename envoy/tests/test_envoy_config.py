@@ -135,6 +135,27 @@ def test_tls_serves_the_public_listener_and_mtls_reaches_the_named_hops(tmp_path
     assert "transport_socket" not in str(ec.render(ec.LOCAL))  # off unless given
 
 
+def test_the_xds_stream_may_be_mtls_too(tmp_path: Path) -> None:
+    made = certs.ensure(tmp_path)
+    params = dataclasses.replace(
+        ec.KUBERNETES,
+        upstream_tls_cert=str(made.cert(certs.CLIENT)),
+        upstream_tls_key=str(made.key(certs.CLIENT)),
+        upstream_tls_ca=str(made.ca),
+        xds_tls=True,
+    )
+    config = ec.render(params)
+    ok, output = ec.validate(config)
+    assert ok, output
+    clusters = by_name(config["static_resources"]["clusters"])
+    context = clusters["xds"]["transport_socket"]["typed_config"]["common_tls_context"]
+    assert context["alpn_protocols"] == ["h2"]
+    assert context["tls_certificates"][0]["private_key"]["filename"] == params.upstream_tls_key
+    validation = context["validation_context"]
+    assert validation["match_typed_subject_alt_names"][0]["matcher"] == {"exact": "eds"}
+    assert not any("transport_socket" in c for n, c in clusters.items() if n != "xds")
+
+
 def test_the_public_certificate_may_come_from_a_watched_sds_file(tmp_path: Path) -> None:
     made = certs.ensure(tmp_path / "certs")
     sds = tmp_path / "public.sds.yaml"
@@ -212,6 +233,7 @@ def test_the_template_uses_every_parameter() -> None:
         ({"admin_port": 0}, "not a TCP port"),
         ({"public_tls_cert": "/a.crt"}, "both public_tls_cert and public_tls_key"),
         ({"upstream_tls_clusters": "middleman"}, "needs upstream_tls_cert"),
+        ({"xds_tls": True}, "needs upstream_tls_cert"),
         ({"public_tls_sds_file": "/etc/envoy/public.sds.yaml"}, "sds_file needs public_tls_cert"),
         ({"upstream_tls_clusters": "nope"}, r"no listener has cluster \['nope'\]"),
         ({"auth_issuer": "someone"}, "need auth_jwks_file"),
@@ -228,7 +250,7 @@ def test_the_cli_renders_validates_and_overrides(tmp_path: Path) -> None:
         [
             sys.executable, "-m", "inferline_envoy.config", "--kubernetes", "--validate",
             "--xds-address", "eds.example:18001", "--xds-api", "DELTA_GRPC",
-            "--listener", "triton=9083", "--admin-port", "9911", "-o", str(out),
+            "--listener", "triton=9083", "--admin-port", "9911", "--no-shed", "-o", str(out),
         ],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
@@ -238,6 +260,7 @@ def test_the_cli_renders_validates_and_overrides(tmp_path: Path) -> None:
     assert config["dynamic_resources"]["ads_config"]["api_type"] == "DELTA_GRPC"
     assert [li["name"] for li in config["static_resources"]["listeners"]] == ["triton", "probe"]
     assert config["admin"]["address"]["socket_address"]["port_value"] == 9911
+    assert "admission_control" not in out.read_text()  # --no-shed (shedding is on by default)
 
 
 def test_the_cli_explains_a_bad_value() -> None:

@@ -8,8 +8,9 @@ Made with the ``openssl`` command line (no Python crypto package to pin), EC P-2
 - ``public.crt`` / ``.key``: Envoy's public listener (``localhost``, ``127.0.0.1``);
 - ``envoy-client.crt`` / ``.key``: the client certificate Envoy (and the stack's own readiness
   checks) present to the services under mTLS;
-- ``<service>.crt`` / ``.key`` for middleman, preprocess, batcher and triton: each service's server
-  certificate, naming the service (Envoy checks that name) and ``localhost``/``127.0.0.1``.
+- ``<service>.crt`` / ``.key`` for middleman, preprocess, batcher, triton and eds (the control
+  plane, whose xDS stream is mTLS too): each service's server certificate, naming the service
+  (Envoy checks that name) and ``localhost``/``127.0.0.1``.
 
 Idempotent: what exists is kept; a new CA (the old one was deleted) remakes everything.
 Keys are written 0600. Nothing here is for production: there, cert-manager or your PKI issues
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_DIR = Path(".run") / "certs"
-SERVICES = ("middleman", "preprocess", "batcher", "triton")
+SERVICES = ("middleman", "preprocess", "batcher", "triton", "eds")
 PUBLIC, CLIENT, CA = "public", "envoy-client", "ca"
 DAYS = 825  # what browsers and macOS accept for a leaf
 LOCAL_NAMES = ("DNS:localhost", "IP:127.0.0.1")

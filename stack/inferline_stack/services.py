@@ -149,7 +149,7 @@ def tls_env(config: StackConfig, service: str, identity: str = "") -> dict[str, 
     """``INFERLINE_<SERVICE>_TLS_*``: its server certificate (``identity``'s, when it answers
     for another: a GPU pod's preprocess is what Envoy's ``triton`` cluster reaches), and the CA
     clients need."""
-    if not config.tls or service not in MTLS_SERVICES:
+    if not config.tls or service not in (*MTLS_SERVICES, EDS):
         return {}
     made, identity = stack_certs(config), identity or service
     return settings(service, tls_cert=made.cert(identity), tls_key=made.key(identity),
@@ -339,20 +339,24 @@ def write_xds_bootstrap(config: StackConfig) -> None:
 def eds(config: StackConfig) -> Service:
     """The control plane, reading the endpoints file that ``up`` and ``scale`` rewrite."""
     address = f"{HOST}:{config.eds_port}"
+    tls = envoy_client_tls(config) if config.tls else None
+    env = settings(
+        EDS,
+        host=HOST,
+        port=config.eds_port,
+        metrics_port=config.eds_metrics_port,
+        endpoints_file=endpoints_path(config).resolve(),
+        services=",".join(CLUSTERS),
+    )
     return Service(
         name=EDS,
         argv=python("eds"),
         address=address,
-        check=lambda: health.serving(address),
-        env=settings(
-            EDS,
-            host=HOST,
-            port=config.eds_port,
-            metrics_port=config.eds_metrics_port,
-            endpoints_file=endpoints_path(config).resolve(),
-            services=",".join(CLUSTERS),
-        ),
+        check=lambda: health.serving(address, tls=tls),
+        env={**env, **tls_env(config, EDS)},
         metrics=f"http://{HOST}:{config.eds_metrics_port}/metrics",
+        tls=tls,
+        certs=certs_digest(config, EDS),
     )
 
 
@@ -387,6 +391,7 @@ def envoy_params(config: StackConfig) -> envoy_config.EnvoyParams:
         upstream_tls_cert=str(made.cert(certs.CLIENT)),
         upstream_tls_key=str(made.key(certs.CLIENT)),
         upstream_tls_ca=str(made.ca),
+        xds_tls=True,
     )
 
 

@@ -12,6 +12,7 @@ import json
 import ssl
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -134,8 +135,9 @@ def check_health(address: str, credentials: grpc.ChannelCredentials) -> Any:
 
 
 # In-pod (the stack's default): Envoy reaches the GPU pod's preprocess (pod_port), which calls
-# its Triton (triton_grpc_port) over mTLS too; the remote placement's pool is not running.
-@pytest.mark.parametrize("port", ["middleman_port", "pod_port", "triton_grpc_port"])
+# its Triton (triton_grpc_port) over mTLS too; the remote placement's pool is not running. The
+# control plane's xDS port (eds_port) asks for Envoy's certificate as well.
+@pytest.mark.parametrize("port", ["middleman_port", "pod_port", "triton_grpc_port", "eds_port"])
 def test_a_service_port_refuses_a_client_without_a_certificate(
     tls_stack: StackConfig, ca: str, port: str
 ) -> None:
@@ -157,6 +159,16 @@ def test_a_service_port_refuses_a_client_without_a_certificate(
     assert (
         check_health(address, envoy.credentials()).status == health_pb2.HealthCheckResponse.SERVING
     )
+
+
+def test_envoy_takes_its_configuration_over_mtls(tls_stack: StackConfig) -> None:
+    """Envoy's connection to the control plane is TLS: it counts the handshakes (and the tests
+    above were answered through the configuration it carried)."""
+    url = f"{tls_stack.admin_url}/stats?filter=^cluster\\.xds\\.ssl\\.handshake$"
+    with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
+        text = response.read().decode()
+    assert text.startswith("cluster.xds.ssl.handshake: "), text
+    assert int(text.split(":")[1]) >= 1, text
 
 
 async def test_middlemans_rest_port_refuses_a_client_without_a_certificate(

@@ -24,6 +24,7 @@ from eds.server import SERVICE_NAMES, XdsServer
 from eds.sources.file import FileSource
 from inferline.config import ConfigError, env_name
 from inferline.server import RunningServer, start_server
+from inferline.tls import health_port, server_tls
 
 if TYPE_CHECKING:
     from kubernetes_asyncio.client import ApiClient
@@ -119,7 +120,15 @@ async def start(config: Config) -> Eds:
     closers: list[Callable[[], Awaitable[object]]] = []
     source = await make_source(config, cache, closers)  # a bad configuration fails here
     xds = XdsServer(SnapshotBuilder(cache))
-    server = await start_server("eds", config.port, [xds.register], SERVICE_NAMES, host=config.host)
+    server = await start_server(
+        "eds",
+        config.port,
+        [xds.register],
+        SERVICE_NAMES,
+        host=config.host,
+        tls=server_tls(config),
+        health_port=health_port(config),
+    )
     await server.set_serving(False)
     tasks: set[asyncio.Task[None]] = set()
 

@@ -12,7 +12,7 @@ from batcher.service import BatcherService
 from batcher.upstream import SERVICE, Upstream
 from inferline import capacity
 from inferline.server import RunningServer, start_server
-from inferline.tls import server_tls
+from inferline.tls import health_port, server_tls
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,7 @@ async def start(config: Config) -> Batcher:
         host=config.host,
         max_message_bytes=config.max_message_bytes,
         tls=server_tls(config),
+        health_port=health_port(config),
     )
     logger.info(
         "batching for upstream %s: max_batch_size %s, max_queue_delay %.3g ms, "

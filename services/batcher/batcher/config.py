@@ -47,6 +47,9 @@ class Config:
     tls_cert: str = ""
     tls_key: str = ""
     tls_ca: str = ""
+    # A second, plaintext port that answers grpc.health.v1 only, with the gRPC port's statuses:
+    # for a kubelet's gRPC probe while that port asks every client for a certificate (0: none).
+    health_port: int = 0
 
     def __post_init__(self) -> None:
         require(0 <= self.port < 65536, PREFIX, "port", "must be a TCP port (0 picks one)")

@@ -14,7 +14,7 @@ from inferline.imaging.decode import Limits
 from inferline.imaging.settings import default_sampling, video_limits
 from inferline.server import RunningServer
 from inferline.servicer import serve
-from inferline.tls import server_tls
+from inferline.tls import health_port, server_tls
 from middleman import classifiers
 from middleman.classifiers import Classifier, Classifiers
 from middleman.config import IN_POD, REMOTE, Config
@@ -133,6 +133,7 @@ async def start(config: Config) -> Middleman:
         host=config.host,
         max_message_bytes=config.max_message_bytes + capacity.FRAMING_BYTES,
         tls=server_tls(config),
+        health_port=health_port(config),
     )
     rest = RestApi(service, config.max_message_bytes)
     try:

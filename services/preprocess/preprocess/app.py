@@ -11,7 +11,7 @@ from inferline.imaging.decode import Geometry, Limits
 from inferline.imaging.settings import default_sampling, video_limits
 from inferline.server import RunningServer
 from inferline.servicer import serve
-from inferline.tls import server_tls
+from inferline.tls import health_port, server_tls
 from preprocess import metrics
 from preprocess.backends import BackendSettings
 from preprocess.choice import Machine, choose, create, detect
@@ -151,6 +151,7 @@ async def start(config: Config, machine: Machine | None = None) -> Preprocess:
         host=config.host,
         max_message_bytes=config.max_message_bytes,
         tls=server_tls(config),
+        health_port=health_port(config),
     )
     if pod is not None:
         await server.set_serving(False)  # until its Triton is ready and the ring registered
