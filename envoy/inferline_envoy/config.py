@@ -109,9 +109,11 @@ class EnvoyParams:
     # TLS on the public (first) listener: certificate chain and key files ("": plaintext).
     public_tls_cert: str = ""
     public_tls_key: str = ""
-    # Where Envoy finds an SDS file naming that certificate and key (written by --sds-output):
-    # the certificate is then read again whenever its directory changes ("": read once).
-    public_tls_sds_file: str = ""
+    # Where Envoy finds an SDS file for each certificate it holds, the public one and the
+    # upstream client certificate and CA (the renderer writes them beside the bootstrap it
+    # writes): each is then read again whenever its directory changes, a mounted Secret that
+    # cert-manager renews ("": each is read once, when Envoy starts).
+    sds_dir: str = ""
     # Shedding at the public (first) listener: Envoy refuses new requests itself while middleman
     # says it is saturated (the template's public_shed).
     shed: bool = True
@@ -151,8 +153,8 @@ class EnvoyParams:
             raise ValueError(f"cluster names must differ: {clusters}")
         if bool(self.public_tls_cert) != bool(self.public_tls_key):
             raise ValueError("public TLS needs both public_tls_cert and public_tls_key")
-        if self.public_tls_sds_file and not self.public_tls_cert:
-            raise ValueError("public_tls_sds_file needs public_tls_cert and public_tls_key")
+        if self.sds_dir and not (self.public_tls_cert or self.upstream_tls_cert):
+            raise ValueError("sds_dir needs a certificate: public_tls_cert or upstream_tls_cert")
         unknown = set(self.tls_clusters) - set(names)
         if unknown:
             raise ValueError(f"upstream_tls_clusters: no listener has cluster {sorted(unknown)}")
@@ -212,8 +214,10 @@ class EnvoyParams:
             "retry_buffer_bytes": self.retry_buffer_bytes,
             "public_tls_cert": self.public_tls_cert,
             "public_tls_key": self.public_tls_key,
-            "public_tls_sds_file": self.public_tls_sds_file,
+            "sds_dir": self.sds_dir,
             "public_tls_dir": str(PurePosixPath(self.public_tls_cert).parent),
+            "upstream_tls_dir": str(PurePosixPath(self.upstream_tls_cert).parent),
+            "upstream_ca_dir": str(PurePosixPath(self.upstream_tls_ca).parent),
             "auth_jwks_file": self.auth_jwks_file,
             "shed_message": SHED_MESSAGE,
             "upstream_tls_cert": self.upstream_tls_cert,
@@ -293,7 +297,7 @@ def render(params: EnvoyParams = LOCAL, template: Path | None = None) -> dict[st
         xds = next(c for c in config["static_resources"]["clusters"] if c["name"] == "xds")
         xds["transport_socket"] = upstream_tls(shapes, values, XDS_TLS_NAME, "h2")
     if params.public_tls_cert:
-        shape = shapes["public_tls_sds" if params.public_tls_sds_file else "public_tls"]
+        shape = shapes["public_tls_sds" if params.sds_dir else "public_tls"]
         listeners[0]["filter_chains"][0]["transport_socket"] = substitute(shape, values)
     public = listeners[0]["filter_chains"][0]["filters"][0]["typed_config"]
     if params.shed:
@@ -311,15 +315,28 @@ def render(params: EnvoyParams = LOCAL, template: Path | None = None) -> dict[st
     return config
 
 
-def render_sds(params: EnvoyParams, template: Path | None = None) -> dict[str, Any]:
-    """The SDS file ``params.public_tls_sds_file`` names: the public certificate and key."""
-    if not params.public_tls_cert:
-        raise ValueError("an SDS file needs public_tls_cert and public_tls_key")
+def render_sds(params: EnvoyParams, template: Path | None = None) -> dict[str, dict[str, Any]]:
+    """The SDS files ``params.sds_dir`` holds, by file name: one per certificate the bootstrap
+    takes from it (the public one; the upstream client certificate and its CA)."""
+    if not params.sds_dir:
+        return {}
     text = template_text() if template is None else template.read_text(encoding="utf-8")
-    resource: dict[str, Any] = substitute(
-        yaml.safe_load(text)["public_tls_sds_resource"], params.values()
-    )
-    return resource
+    files = yaml.safe_load(text)["sds_files"]
+    wanted = ["public.sds.yaml"] if params.public_tls_cert else []
+    if params.tls_clusters or params.xds_tls:
+        wanted += ["upstream.sds.yaml", "upstream-ca.sds.yaml"]
+    return {name: substitute(files[name], params.values()) for name in wanted}
+
+
+def write_sds(params: EnvoyParams, template: Path | None = None) -> list[Path]:
+    """Write the SDS files of :func:`render_sds` into ``params.sds_dir``; the paths written."""
+    written = []
+    for name, resource in render_sds(params, template).items():
+        path = Path(params.sds_dir) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(dump(resource), encoding="utf-8")
+        written.append(path)
+    return written
 
 
 def authentication(
@@ -341,10 +358,10 @@ def authentication(
 def upstream_tls(
     shapes: Mapping[str, Any], values: Mapping[str, Any], service: str, alpn: str
 ) -> dict[str, Any]:
-    """The mTLS transport socket to ``service``'s replicas, speaking ``alpn``."""
-    socket: dict[str, Any] = substitute(
-        shapes["upstream_tls"], {**values, "upstream_name": service, "alpn": alpn}
-    )
+    """The mTLS transport socket to ``service``'s replicas, speaking ``alpn`` (its certificate
+    and CA from watched SDS files when ``values`` name an sds_dir)."""
+    shape = shapes["upstream_tls_sds" if values["sds_dir"] else "upstream_tls"]
+    socket: dict[str, Any] = substitute(shape, {**values, "upstream_name": service, "alpn": alpn})
     return socket
 
 
@@ -474,11 +491,6 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[EnvoyParams, argparse
         )
     parser.add_argument("--template", type=Path, help=f"instead of the packaged {TEMPLATE_NAME}")
     parser.add_argument("--output", "-o", type=Path, help="write here instead of stdout")
-    parser.add_argument(
-        "--sds-output",
-        type=Path,
-        help="also write the SDS file --public-tls-sds-file names (the public certificate)",
-    )
     parser.add_argument("--validate", action="store_true", help="run envoy --mode validate on it")
     args = parser.parse_args(argv)
     changes: dict[str, Any] = {
@@ -504,16 +516,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(text, encoding="utf-8")
+        write_sds(params, args.template)  # the files the bootstrap reads certificates through
     else:
         sys.stdout.write(text)
-    if args.sds_output:
-        try:
-            sds = render_sds(params, args.template)
-        except ValueError as exc:
-            sys.stderr.write(f"--sds-output: {exc}\n")
-            return 2
-        args.sds_output.parent.mkdir(parents=True, exist_ok=True)
-        args.sds_output.write_text(dump(sds), encoding="utf-8")
     if args.validate:
         ok, output = validate(config)
         sys.stderr.write(output.splitlines()[-1] + "\n" if output else "")

@@ -156,29 +156,59 @@ def test_the_xds_stream_may_be_mtls_too(tmp_path: Path) -> None:
     assert not any("transport_socket" in c for n, c in clusters.items() if n != "xds")
 
 
-def test_the_public_certificate_may_come_from_a_watched_sds_file(tmp_path: Path) -> None:
+def test_certificates_may_come_from_watched_sds_files(tmp_path: Path) -> None:
+    """With sds_dir, the renderer writes an SDS file per certificate beside the bootstrap (the
+    public one; the upstream client certificate and CA), each watched through its directory."""
     made = certs.ensure(tmp_path / "certs")
-    sds = tmp_path / "public.sds.yaml"
+    sds_dir, out = tmp_path / "sds", tmp_path / "envoy.yaml"
     result = subprocess.run(
         [sys.executable, "-m", "inferline_envoy.config", "--kubernetes", "--validate",
          "--public-tls-cert", str(made.cert(certs.PUBLIC)),
          "--public-tls-key", str(made.key(certs.PUBLIC)),
-         "--public-tls-sds-file", str(sds), "--sds-output", str(sds)],
+         "--upstream-tls-clusters", "middleman", "--xds-tls",
+         "--upstream-tls-cert", str(made.cert(certs.CLIENT)),
+         "--upstream-tls-key", str(made.key(certs.CLIENT)),
+         "--upstream-tls-ca", str(made.ca), "--sds-dir", str(sds_dir), "-o", str(out)],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    config = yaml.safe_load(result.stdout)
+    assert result.returncode == 0, result.stderr  # the real Envoy loaded every file
+    config = yaml.safe_load(out.read_text())
+    assert sorted(p.name for p in sds_dir.iterdir()) == [
+        "public.sds.yaml", "upstream-ca.sds.yaml", "upstream.sds.yaml"
+    ]  # fmt: skip
+    watched = {"path": str(made.dir)}
+
+    def secret_file(config_source: dict[str, Any], name: str) -> dict[str, Any]:
+        assert config_source["name"] == name
+        source = config_source["sds_config"]["path_config_source"]
+        assert source == {"path": str(sds_dir / f"{name}.sds.yaml"), "watched_directory": watched}
+        [resource] = yaml.safe_load(Path(source["path"]).read_text())["resources"]
+        assert resource["name"] == name
+        return dict(resource)
+
     listener = by_name(config["static_resources"]["listeners"])["middleman"]
     context = listener["filter_chains"][0]["transport_socket"]["typed_config"]
-    [secret] = context["common_tls_context"]["tls_certificate_sds_secret_configs"]
-    source = secret["sds_config"]["path_config_source"]
-    assert source == {"path": str(sds), "watched_directory": {"path": str(made.dir)}}
-    [resource] = yaml.safe_load(sds.read_text())["resources"]
-    assert resource["name"] == secret["name"]
+    [public] = context["common_tls_context"]["tls_certificate_sds_secret_configs"]
+    resource = secret_file(public, "public")
     assert resource["tls_certificate"]["certificate_chain"] == {
         "filename": str(made.cert(certs.PUBLIC))
     }
-    assert resource["tls_certificate"]["watched_directory"] == {"path": str(made.dir)}
+    assert resource["tls_certificate"]["watched_directory"] == watched
+    clusters = by_name(config["static_resources"]["clusters"])
+    for name, san in (("middleman", "middleman"), ("middleman-rest", "middleman"), ("xds", "eds")):
+        context = clusters[name]["transport_socket"]["typed_config"]["common_tls_context"]
+        [client] = context["tls_certificate_sds_secret_configs"]
+        resource = secret_file(client, "upstream")
+        assert resource["tls_certificate"]["private_key"] == {
+            "filename": str(made.key(certs.CLIENT))
+        }
+        validation = context["combined_validation_context"]
+        names = validation["default_validation_context"]["match_typed_subject_alt_names"]
+        assert names[0]["matcher"] == {"exact": san}
+        resource = secret_file(validation["validation_context_sds_secret_config"], "upstream-ca")
+        assert resource["validation_context"] == {
+            "trusted_ca": {"filename": str(made.ca)}, "watched_directory": watched
+        }  # fmt: skip
 
 
 def test_kubernetes_differs_only_where_it_must() -> None:
@@ -234,7 +264,7 @@ def test_the_template_uses_every_parameter() -> None:
         ({"public_tls_cert": "/a.crt"}, "both public_tls_cert and public_tls_key"),
         ({"upstream_tls_clusters": "middleman"}, "needs upstream_tls_cert"),
         ({"xds_tls": True}, "needs upstream_tls_cert"),
-        ({"public_tls_sds_file": "/etc/envoy/public.sds.yaml"}, "sds_file needs public_tls_cert"),
+        ({"sds_dir": "/etc/envoy/sds"}, "sds_dir needs a certificate"),
         ({"upstream_tls_clusters": "nope"}, r"no listener has cluster \['nope'\]"),
         ({"auth_issuer": "someone"}, "need auth_jwks_file"),
     ],

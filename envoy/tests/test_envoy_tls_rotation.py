@@ -36,11 +36,6 @@ def mount(secret_dir: Path, made: certs.Certs, version: str) -> None:
             (secret_dir / name).symlink_to(Path("..data") / name)
 
 
-def write_sds(params: ec.EnvoyParams) -> None:
-    """What ``--sds-output`` writes: the SDS file naming the certificate and key."""
-    Path(params.public_tls_sds_file).write_text(ec.dump(ec.render_sds(params)), encoding="utf-8")
-
-
 def served_certificate(address: tuple[str, int], ca: Path) -> str:
     """The certificate the listener presents, after a handshake that trusts ``ca``."""
     return ssl.get_server_certificate(address, ca_certs=str(ca), timeout=5)
@@ -59,9 +54,9 @@ async def envoy(tmp_path: Path) -> AsyncIterator[tuple[EnvoyProcess, Path]]:
         envoy_params(eds.port, ["middleman"]),
         public_tls_cert=str(secret / "tls.crt"),
         public_tls_key=str(secret / "tls.key"),
-        public_tls_sds_file=str(tmp_path / "public.sds.yaml"),
+        sds_dir=str(tmp_path / "sds"),
     )
-    write_sds(params)
+    ec.write_sds(params)  # as the renderer does beside the bootstrap
     proxy = EnvoyProcess(tmp_path, params)
     try:
         await proxy.start_ready()

@@ -217,11 +217,11 @@ def containers(objects: list[dict[str, Any]]) -> Iterator[Container]:
 @dataclass(frozen=True)
 class Bootstrap:
     """Envoy's bootstrap as its pod renders it (the init container's flags, through the renderer
-    in the Envoy image), and the SDS file beside it where the flags ask for one."""
+    in the Envoy image), and the SDS files beside it where the flags ask for them (by name)."""
 
     params: envoy_config.EnvoyParams
     config: dict[str, Any]
-    sds: dict[str, Any] | None
+    sds: dict[str, dict[str, Any]]
 
     def text(self) -> str:
         return envoy_config.dump(self.config)
@@ -232,7 +232,5 @@ def envoy_bootstrap(objects: list[dict[str, Any]]) -> Bootstrap:
     pod = find(objects, "Deployment", "envoy")["spec"]["template"]["spec"]
     [init] = [c for c in pod.get("initContainers", []) if c["name"] == "bootstrap"]
     assert init["command"] == ["python", "-m", "inferline_envoy.config"], init["command"]
-    params, args = envoy_config.parse_args(init["args"])
-    config = envoy_config.render(params)
-    sds = envoy_config.render_sds(params) if args.sds_output else None
-    return Bootstrap(params, config, sds)
+    params, _ = envoy_config.parse_args(init["args"])
+    return Bootstrap(params, envoy_config.render(params), envoy_config.render_sds(params))

@@ -48,9 +48,10 @@ def validate(bootstrap: Bootstrap, tmp_path: Path) -> None:
         return text.replace(f"{BOOTSTRAP_DIR}/", f"{folders[BOOTSTRAP_DIR]}/")
 
     (folders[BOOTSTRAP_DIR] / "envoy.yaml").write_text(moved(bootstrap.text()), encoding="utf-8")
-    if bootstrap.sds is not None:
-        sds = moved(envoy_config.dump(bootstrap.sds))
-        (folders[BOOTSTRAP_DIR] / "public.sds.yaml").write_text(sds, encoding="utf-8")
+    for name, resource in bootstrap.sds.items():
+        sds_dir = Path(moved(bootstrap.params.sds_dir))
+        sds_dir.mkdir(exist_ok=True)
+        (sds_dir / name).write_text(moved(envoy_config.dump(resource)), encoding="utf-8")
     ok, output = envoy_config.validate(folders[BOOTSTRAP_DIR] / "envoy.yaml")
     assert ok, output
 
@@ -60,7 +61,7 @@ def test_the_overlays_bootstrap_is_the_kubernetes_render_and_envoy_accepts_it(
     overlay: str, tmp_path: Path
 ) -> None:
     bootstrap = envoy_bootstrap(render(f"overlays/{overlay}"))
-    assert bootstrap.params == envoy_config.KUBERNETES and bootstrap.sds is None
+    assert bootstrap.params == envoy_config.KUBERNETES and not bootstrap.sds
     validate(bootstrap, tmp_path)
 
 
@@ -83,10 +84,10 @@ def test_the_tls_component_serves_the_certificate_it_mounts(tmp_path: Path) -> N
     objects = render("components/tls")
     bootstrap = envoy_bootstrap(objects)
     params = bootstrap.params
-    assert params.public_tls_sds_file == f"{BOOTSTRAP_DIR}/public.sds.yaml"
-    assert bootstrap.sds is not None  # beside the bootstrap, watched: a renewal is read again
+    assert params.sds_dir == f"{BOOTSTRAP_DIR}/sds"
+    assert list(bootstrap.sds) == ["public.sds.yaml"]  # watched: a renewal is read again
     mounted, volumes = mounts(objects)
-    assert mounted["bootstrap"] == str(Path(params.public_tls_sds_file).parent)
+    assert mounted["bootstrap"] == str(Path(params.sds_dir).parent)
     assert mounted["public-tls"] == str(Path(params.public_tls_cert).parent) == TLS_DIR
     certificate = find(objects, "Certificate", "envoy-public-tls")
     assert volumes["public-tls"]["secret"]["secretName"] == certificate["spec"]["secretName"]
