@@ -12,13 +12,14 @@ and ``_HEALTH_PORT``:
   gRPC probe reaches, which presents no certificate).
 
 A missing or unreadable file, or a key without its certificate, fails startup naming the
-variable. The files are read once at startup.
+variable. The files are read again for the next connection whenever one of them changes (a
+mounted Secret that cert-manager renews): a renewal needs no restart.
 """
 
 from __future__ import annotations
 
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -42,7 +43,7 @@ class TlsSettings(Protocol):
     def health_port(self) -> int: ...
 
 
-@dataclass(frozen=True)
+@dataclass
 class ServerTls:
     """A server's certificate chain and key, and the CA its clients must be signed by
     (``None``: no client certificate asked for)."""
@@ -50,16 +51,53 @@ class ServerTls:
     cert_file: str
     key_file: str
     ca_file: str | None
+    _seen: tuple[tuple[int, int], ...] = field(default=(), repr=False)
 
     @property
     def mutual(self) -> bool:
         return self.ca_file is not None
 
-    def grpc_credentials(self) -> grpc.ServerCredentials:
+    def _files(self) -> tuple[str, ...]:
+        return (self.cert_file, self.key_file, *([self.ca_file] if self.ca_file else []))
+
+    def _signature(self) -> tuple[tuple[int, int], ...]:
+        """What changes when a file is replaced: its inode and mtime, through any symlink (a
+        mounted Secret swaps a directory under its files' links)."""
+        stats = (Path(path).stat() for path in self._files())
+        return tuple((st.st_ino, st.st_mtime_ns) for st in stats)
+
+    def changed(self) -> bool:
+        """Whether a file changed since the last call (or this is the first); a file missing
+        meanwhile counts as unchanged: the old certificate stays until a whole one is there."""
+        try:
+            now = self._signature()
+        except OSError:
+            return False
+        if now == self._seen:
+            return False
+        self._seen = now
+        return True
+
+    def _configuration(self) -> grpc.ServerCertificateConfiguration:
         ca = None if self.ca_file is None else Path(self.ca_file).read_bytes()
         pair = (Path(self.key_file).read_bytes(), Path(self.cert_file).read_bytes())
-        return grpc.ssl_server_credentials(
-            [pair], root_certificates=ca, require_client_auth=ca is not None
+        return grpc.ssl_server_certificate_configuration([pair], root_certificates=ca)
+
+    def grpc_credentials(self) -> grpc.ServerCredentials:
+        """Server credentials that read the files again for a new connection once they change."""
+        self.changed()
+
+        def fetch() -> grpc.ServerCertificateConfiguration | None:
+            if not self.changed():
+                return None  # keep what the server holds
+            try:
+                return self._configuration()
+            except (OSError, ValueError):  # half-written: the next connection tries again
+                self._seen = ()
+                return None
+
+        return grpc.dynamic_ssl_server_credentials(
+            self._configuration(), fetch, require_client_authentication=self.mutual
         )
 
     def client_credentials(self) -> grpc.ChannelCredentials:
@@ -71,14 +109,31 @@ class ServerTls:
             certificate_chain=Path(self.cert_file).read_bytes(),
         )
 
-    def ssl_context(self) -> ssl.SSLContext:
-        """For an HTTP server (aiohttp): TLS 1.2+, client certificates required under mTLS."""
+    def _context(self) -> ssl.SSLContext:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(self.cert_file, self.key_file)
         if self.ca_file is not None:
             context.load_verify_locations(cafile=self.ca_file)
             context.verify_mode = ssl.CERT_REQUIRED
         return context
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """For an HTTP server (aiohttp): TLS 1.2+, client certificates required under mTLS; a
+        handshake after the files changed is served from a context that read them again."""
+        current = self._context()
+        self.changed()
+
+        def renewed(connection: ssl.SSLObject, _name: str | None, _: ssl.SSLContext) -> None:
+            nonlocal current
+            if self.changed():
+                try:
+                    current = self._context()
+                except (OSError, ssl.SSLError):
+                    self._seen = ()
+            connection.context = current
+
+        current.sni_callback = renewed
+        return current
 
 
 def require_tls(settings: TlsSettings, prefix: str) -> None:
@@ -102,12 +157,12 @@ def require_tls(settings: TlsSettings, prefix: str) -> None:
             f"{env_name(prefix, 'tls_ca')}: client certificates (mTLS) need the server's own: "
             f"set {env_name(prefix, 'tls_cert')} and {env_name(prefix, 'tls_key')}"
         )
-    for field, path in (("tls_cert", cert), ("tls_key", key), ("tls_ca", ca)):
+    for name, path in (("tls_cert", cert), ("tls_key", key), ("tls_ca", ca)):
         if path:
             try:
                 Path(path).read_bytes()
             except OSError as exc:
-                raise ConfigError(f"{env_name(prefix, field)}={path!r}: {exc.strerror}") from None
+                raise ConfigError(f"{env_name(prefix, name)}={path!r}: {exc.strerror}") from None
     if cert:
         try:
             ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)

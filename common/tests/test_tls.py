@@ -3,11 +3,14 @@ certificate authority's certificates (`make certs`), refused in the handshake wi
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import grpc
 import pytest
+from aiohttp import web
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from inferline.config import ConfigError
@@ -128,6 +131,88 @@ async def test_a_health_port_in_use_fails_startup_naming_it(made: certs.Certs) -
                                health_port=first.probe_port)  # fmt: skip
     finally:
         await first.stop(0)
+
+
+def mount(secret: Path, made: certs.Certs, version: str) -> None:
+    """cert-manager's Secret as the kubelet mounts it (tls.crt, tls.key, ca.crt through a
+    ``..data`` link to a versioned directory, swapped by a rename on renewal)."""
+    versioned = secret / version
+    versioned.mkdir(parents=True)
+    files = {"tls.crt": made.cert("middleman"), "tls.key": made.key("middleman"), "ca.crt": made.ca}
+    for name, source in files.items():
+        (versioned / name).write_bytes(source.read_bytes())
+    staging = secret / "..data_tmp"
+    staging.symlink_to(version)
+    staging.replace(secret / "..data")
+    for name in files:
+        if not (secret / name).is_symlink():
+            (secret / name).symlink_to(Path("..data") / name)
+
+
+def mounted(secret: Path) -> Settings:
+    return Settings(str(secret / "tls.crt"), str(secret / "tls.key"), str(secret / "ca.crt"))
+
+
+def client_of(made: certs.Certs) -> grpc.ChannelCredentials:
+    pair = (made.key(certs.CLIENT).read_bytes(), made.cert(certs.CLIENT).read_bytes())
+    return grpc.ssl_channel_credentials(made.ca.read_bytes(), *pair)
+
+
+async def test_a_renewed_certificate_is_served_without_a_restart(tmp_path: Path) -> None:
+    """The gRPC port, after cert-manager renewed the Secret (here with a new CA, so a client can
+    tell): the next connection gets the new certificate and is checked against the new CA."""
+    first, renewed = certs.ensure(tmp_path / "first"), certs.ensure(tmp_path / "renewed")
+    secret = tmp_path / "secret"
+    mount(secret, first, "..v1")
+    settings = mounted(secret)
+    running = await start_server("unit", 0, [], [], host="127.0.0.1", tls=server_tls(settings))
+    try:
+        assert await check(running.port, client_of(first)) == health_pb2.HealthCheckResponse.SERVING
+        mount(secret, renewed, "..v2")
+        assert (
+            await check(running.port, client_of(renewed)) == health_pb2.HealthCheckResponse.SERVING
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as old:  # the old CA's client: refused now
+            await check(running.port, client_of(first))
+        assert old.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        await running.stop(0)
+
+
+async def test_a_renewed_certificate_is_served_over_https_without_a_restart(
+    tmp_path: Path,
+) -> None:
+    """The same for an HTTPS server (middleman's REST port) on ServerTls.ssl_context."""
+    first, renewed = certs.ensure(tmp_path / "first"), certs.ensure(tmp_path / "renewed")
+    secret = tmp_path / "secret"
+    mount(secret, first, "..v1")
+    tls = server_tls(mounted(secret))
+    assert tls is not None
+
+    async def hello(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/", hello)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls.ssl_context()).start()
+    url = f"https://127.0.0.1:{runner.addresses[0][1]}/"
+
+    async def get(made: certs.Certs) -> str:
+        context = ssl.create_default_context(cafile=str(made.ca))
+        context.load_cert_chain(str(made.cert(certs.CLIENT)), str(made.key(certs.CLIENT)))
+        async with aiohttp.ClientSession() as session, session.get(url, ssl=context) as reply:
+            return await reply.text()
+
+    try:
+        assert await get(first) == "ok"
+        mount(secret, renewed, "..v2")
+        assert await get(renewed) == "ok"
+        with pytest.raises(aiohttp.ClientError):
+            await get(first)
+    finally:
+        await runner.cleanup()
 
 
 def test_no_settings_is_plaintext() -> None:
