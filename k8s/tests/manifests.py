@@ -16,6 +16,7 @@ kubectl (1.32, kustomize v5.5) is required: without it the tests skip, saying so
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import subprocess
@@ -29,6 +30,7 @@ import yaml
 
 from inferline_envoy import config as envoy_config
 from inferline_testing import tools
+from inferline_testing.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
@@ -56,19 +58,22 @@ COMPONENT_NEEDS: dict[str, tuple[str, ...]] = {
     # what the components before them add for it); alone on the base, they need nothing.
     "in-pod": (),
     "in-process": (),
+    # mTLS behind Envoy: to the in-pod placement's GPU pods (their preprocess), so after it.
+    "mtls": ("in-pod",),
 }
 # Where images are decoded: a component each; without one, the base's remote placement (a
 # preprocess pool). in-pod is the overlays' default.
 PLACEMENTS = ("in-pod", "in-process")
 DEFAULT_PLACEMENT = "in-pod"
-# Every component but the placements, in an order that satisfies COMPONENT_NEEDS; the
-# `everything` render adds the default placement last.
+# Every component but the placements (and mtls, which needs in-pod), in an order that satisfies
+# COMPONENT_NEEDS; the `everything` render adds the default placement and mtls last.
 ALL_BUT_PLACEMENTS = (
     "gpu", "gpu-sharing", "preflight", "monitoring", "dcgm-exporter", "nvidia-runtime-class",
     "autoscaling", "network-policies", "pod-disruption-budgets", "monitoring-operator", "tls",
     "auth",
 )  # fmt: skip
-EVERYTHING = (*ALL_BUT_PLACEMENTS, DEFAULT_PLACEMENT)
+AFTER_PLACEMENT = ("mtls",)  # components that change what the default placement made
+EVERYTHING = (*ALL_BUT_PLACEMENTS, DEFAULT_PLACEMENT, *AFTER_PLACEMENT)
 # The everything render in each placement: target name -> its components.
 EVERYTHING_BY_PLACEMENT = {
     "everything": EVERYTHING,
@@ -178,6 +183,18 @@ class Container:
         """Its environment: name → value (a string) or valueFrom (a mapping)."""
         return {e["name"]: e.get("value", e.get("valueFrom")) for e in self.spec.get("env") or []}
 
+    def probe_port(self) -> int:
+        """Where an inferline service's gRPC probes go: its plaintext health-only port where it
+        opens one (INFERLINE_<SERVICE>_HEALTH_PORT: its gRPC port is mTLS, components/mtls),
+        declared as a port of the container; else its gRPC port."""
+        health = [v for k, v in self.env().items() if k.endswith("_HEALTH_PORT")]
+        if not health:
+            return self.port("grpc")
+        [port] = health
+        declared = {int(p["containerPort"]) for p in self.spec.get("ports") or []}
+        assert int(port) in declared, f"{self.where}: health port {port} is no container port"
+        return int(port)
+
 
 def workload_name(obj: Mapping[str, Any]) -> str:
     meta = obj["metadata"]
@@ -234,3 +251,40 @@ def envoy_bootstrap(objects: list[dict[str, Any]]) -> Bootstrap:
     assert init["command"] == ["python", "-m", "inferline_envoy.config"], init["command"]
     params, _ = envoy_config.parse_args(init["args"])
     return Bootstrap(params, envoy_config.render(params), envoy_config.render_sds(params))
+
+
+def local_bootstrap(text: str, eds_port: int) -> tuple[dict[str, Any], envoy_config.EnvoyParams]:
+    """The rendered bootstrap with local addresses: free listener and admin ports on
+    127.0.0.1, the xDS cluster at the local eds. Nothing else changes."""
+    config = yaml.safe_load(text)
+    admin = config["admin"]["address"]["socket_address"]
+    admin_port = free_port()
+    hops: list[tuple[str, int]] = []
+    probe_port = 0
+    for listener in config["static_resources"]["listeners"]:
+        address = listener["address"]["socket_address"]
+        address.update(address="127.0.0.1", port_value=free_port())
+        if listener["name"] == "probe":
+            probe_port = address["port_value"]
+        else:
+            hops.append((listener["name"], address["port_value"]))
+    for cluster in config["static_resources"]["clusters"]:
+        if cluster["name"] not in ("xds", "admin"):
+            continue
+        endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+        socket = endpoint["address"]["socket_address"]
+        if cluster["name"] == "admin":  # the probe listener's way to the admin API
+            assert (socket["address"], socket["port_value"]) == (
+                admin["address"],
+                admin["port_value"],
+            )
+            socket["port_value"] = admin_port
+        else:
+            cluster["type"] = "STATIC"
+            socket.update(address="127.0.0.1", port_value=eds_port)
+    admin["port_value"] = admin_port
+    params = dataclasses.replace(
+        envoy_config.KUBERNETES, listeners=tuple(hops), admin_port=admin_port,
+        probe_port=probe_port, xds_host="127.0.0.1", xds_port=eds_port,
+    )  # fmt: skip
+    return config, params

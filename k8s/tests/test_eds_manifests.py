@@ -53,6 +53,7 @@ from k8s.tests.manifests import (
     containers,
     envoy_bootstrap,
     find,
+    local_bootstrap,
     render,
 )
 
@@ -159,43 +160,6 @@ def endpoint_slice(
             }
         ],
     }
-
-
-def local_bootstrap(text: str, eds_port: int) -> tuple[dict[str, Any], envoy_config.EnvoyParams]:
-    """The ConfigMap's bootstrap with local addresses: free listener and admin ports on
-    127.0.0.1, the xDS cluster at the local eds. Nothing else changes."""
-    config = yaml.safe_load(text)
-    admin = config["admin"]["address"]["socket_address"]
-    admin_port = free_port()
-    hops: list[tuple[str, int]] = []
-    probe_port = 0
-    for listener in config["static_resources"]["listeners"]:
-        address = listener["address"]["socket_address"]
-        address.update(address="127.0.0.1", port_value=free_port())
-        if listener["name"] == "probe":
-            probe_port = address["port_value"]
-        else:
-            hops.append((listener["name"], address["port_value"]))
-    for cluster in config["static_resources"]["clusters"]:
-        if cluster["name"] not in ("xds", "admin"):
-            continue
-        endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
-        socket = endpoint["address"]["socket_address"]
-        if cluster["name"] == "admin":  # the probe listener's way to the admin API
-            assert (socket["address"], socket["port_value"]) == (
-                admin["address"],
-                admin["port_value"],
-            )
-            socket["port_value"] = admin_port
-        else:
-            cluster["type"] = "STATIC"
-            socket.update(address="127.0.0.1", port_value=eds_port)
-    admin["port_value"] = admin_port
-    params = dataclasses.replace(
-        envoy_config.KUBERNETES, listeners=tuple(hops), admin_port=admin_port,
-        probe_port=probe_port, xds_host="127.0.0.1", xds_port=eds_port,
-    )  # fmt: skip
-    return config, params
 
 
 async def backend_behind(listener: str) -> str:

@@ -18,6 +18,7 @@ from k8s.tests.manifests import OVERLAYS, Bootstrap, envoy_bootstrap, find, rend
 
 # The Secrets' files, where the bootstrap names them (moved under a test folder to validate).
 TLS_DIR, AUTH_DIR, BOOTSTRAP_DIR = "/etc/envoy-tls", "/etc/envoy-auth", "/etc/envoy"
+MTLS_DIR = "/etc/inferline-tls"  # components/mtls: Envoy's client certificate and the CA
 
 
 def mounts(objects: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
@@ -34,16 +35,20 @@ def validate(bootstrap: Bootstrap, tmp_path: Path) -> None:
     files where the Secrets would put theirs: `make certs`'s certificate, `make token`'s keys."""
     made = certs.ensure(tmp_path / "certs")
     keys = auth.ensure(tmp_path / "auth")
-    folders = {p: tmp_path / p.strip("/").replace("/", "-") for p in (TLS_DIR, AUTH_DIR)}
+    secrets = (TLS_DIR, AUTH_DIR, MTLS_DIR)
+    folders = {p: tmp_path / p.strip("/").replace("/", "-") for p in secrets}
     folders[BOOTSTRAP_DIR] = tmp_path / "envoy"
     for folder in folders.values():
         folder.mkdir()
     (folders[TLS_DIR] / "tls.crt").write_bytes(made.cert(certs.PUBLIC).read_bytes())
     (folders[TLS_DIR] / "tls.key").write_bytes(made.key(certs.PUBLIC).read_bytes())
     (folders[AUTH_DIR] / "jwks.json").write_bytes(keys.jwks.read_bytes())
+    (folders[MTLS_DIR] / "tls.crt").write_bytes(made.cert(certs.CLIENT).read_bytes())
+    (folders[MTLS_DIR] / "tls.key").write_bytes(made.key(certs.CLIENT).read_bytes())
+    (folders[MTLS_DIR] / "ca.crt").write_bytes(made.ca.read_bytes())
 
     def moved(text: str) -> str:  # the Secrets' folders first: /etc/envoy is a prefix of both
-        for path in (TLS_DIR, AUTH_DIR):
+        for path in secrets:
             text = text.replace(path, str(folders[path]))
         return text.replace(f"{BOOTSTRAP_DIR}/", f"{folders[BOOTSTRAP_DIR]}/")
 
@@ -114,3 +119,28 @@ def test_the_auth_component_checks_tokens_over_tls_with_the_secrets_keys(tmp_pat
 
 def test_every_component_together_still_makes_one_bootstrap_envoy_accepts(tmp_path: Path) -> None:
     validate(envoy_bootstrap(render("everything")), tmp_path)
+
+
+def test_the_mtls_component_dials_every_hop_and_eds_with_the_client_certificate(
+    tmp_path: Path,
+) -> None:
+    objects = render("components/mtls")
+    bootstrap = envoy_bootstrap(objects)
+    params = bootstrap.params
+    # Every hop of the in-pod placement that has a Service (no preprocess pool), and xDS.
+    hops = {name for name, _ in params.listeners} & {
+        o["metadata"]["name"] for o in objects if o["kind"] == "Service"
+    }
+    assert set(params.tls_clusters) == hops == {"middleman", "batcher", "triton"}
+    assert params.xds_tls and params.sds_dir == f"{BOOTSTRAP_DIR}/sds"
+    assert sorted(bootstrap.sds) == ["upstream-ca.sds.yaml", "upstream.sds.yaml"]
+    mounted, volumes = mounts(objects)
+    assert mounted["mtls"] == str(Path(params.upstream_tls_cert).parent) == MTLS_DIR
+    assert Path(params.upstream_tls_ca).parent == Path(params.upstream_tls_key).parent
+    certificate = find(objects, "Certificate", "envoy-client-tls")
+    assert volumes["mtls"]["secret"]["secretName"] == certificate["spec"]["secretName"]
+    assert certificate["spec"]["usages"][0] == "client auth"
+    clusters = {c["name"]: c for c in bootstrap.config["static_resources"]["clusters"]}
+    for name in (*hops, "middleman-rest", "xds"):
+        assert clusters[name]["transport_socket"]["name"] == "envoy.transport_sockets.tls", name
+    validate(bootstrap, tmp_path)

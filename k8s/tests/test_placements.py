@@ -137,7 +137,7 @@ def test_the_pods_preprocess_calls_its_own_triton_with_the_token(target: str) ->
     allowed = startup["periodSeconds"] * startup["failureThreshold"]
     for probe in ("startupProbe", "livenessProbe"):
         spec = preprocess.spec[probe]
-        assert spec["grpc"] == {"port": preprocess.port("grpc")}
+        assert spec["grpc"] == {"port": preprocess.probe_port()}
         assert spec["periodSeconds"] * spec["failureThreshold"] >= allowed, probe
 
 

@@ -9,7 +9,8 @@ Every container (init containers too):
   inherited; cpu and memory requests and limits (requests ≤ limits); a pinned image tag and an
   explicit pull policy; every inferline image's process writes only to an emptyDir (/tmp).
 Every long-running container: readiness and liveness probes; the inferline gRPC services' are
-  native gRPC probes (grpc.health.v1) on their `grpc` port; Triton's are its HTTP health
+  native gRPC probes (grpc.health.v1) on their `grpc` port (on their plaintext health port where
+  that port is mTLS: components/mtls); Triton's are its HTTP health
   endpoints with a startup probe that allows 10 minutes for loading models.
 Every pod: automountServiceAccountToken false (pod and ServiceAccount) but where API access is
   the pod's job (TOKEN_EXCEPTIONS: eds, and the monitoring pods that must read the API); no host
@@ -151,12 +152,12 @@ def probe_violations(container: Container) -> Iterator[str]:
         if probe not in container.spec:
             yield f"no {probe}"
     if container.name in GRPC_SERVICES and container.image.startswith("inferline/"):
-        port = container.port("grpc")
+        port = container.probe_port()
         for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
             spec = container.spec.get(probe)
             checked = probe != "startupProbe" or spec is not None
             if checked and (spec or {}).get("grpc") != {"port": port}:
-                yield f"{probe} is not a native gRPC probe on the grpc port {port}"
+                yield f"{probe} is not a native gRPC probe on its health port {port}"
     if container.name == "triton":
         http = container.port("http")
 

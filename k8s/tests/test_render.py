@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from k8s.tests.manifests import (
+    AFTER_PLACEMENT,
     ALL_BUT_PLACEMENTS,
     COMPONENT_NEEDS,
     EVERYTHING,
@@ -50,8 +51,10 @@ def test_every_component_is_covered() -> None:
     """A new component must be added to COMPONENT_NEEDS (and so to these tests)."""
     folders = {p.name for p in (K8S / "components").iterdir() if p.is_dir()}
     assert folders == set(COMPONENT_NEEDS)
-    assert sorted((*ALL_BUT_PLACEMENTS, *PLACEMENTS)) == sorted(COMPONENT_NEEDS)
-    assert EVERYTHING[-1] in PLACEMENTS and not set(EVERYTHING[:-1]) & set(PLACEMENTS)
+    assert sorted((*ALL_BUT_PLACEMENTS, *PLACEMENTS, *AFTER_PLACEMENT)) == sorted(COMPONENT_NEEDS)
+    placement = len(EVERYTHING) - len(AFTER_PLACEMENT) - 1
+    assert EVERYTHING[placement] in PLACEMENTS
+    assert not set(EVERYTHING) - {EVERYTHING[placement]} & set(PLACEMENTS)
     assert {p.name for p in (K8S / "overlays").iterdir() if p.is_dir()} == set(OVERLAYS)
 
 
@@ -99,8 +102,8 @@ def check_operator_resource(obj: dict[str, Any]) -> None:
 
 
 def check_cert_manager_resource(obj: dict[str, Any], objects: list[dict[str, Any]]) -> None:
-    """cert-manager v1: a Certificate names its Secret, DNS names and an Issuer rendered beside
-    it (or a ClusterIssuer); an Issuer says how it signs."""
+    """cert-manager v1: a Certificate names its Secret, DNS names (a server's) and an Issuer
+    rendered beside it (or a ClusterIssuer); an Issuer says how it signs."""
     where = f"{obj['kind']} {obj['metadata']['name']}"
     assert obj["apiVersion"] == "cert-manager.io/v1", where
     assert obj["metadata"].get("namespace") == NAMESPACE, where
@@ -108,7 +111,11 @@ def check_cert_manager_resource(obj: dict[str, Any], objects: list[dict[str, Any
     if obj["kind"] == "Issuer":
         assert {"selfSigned", "ca", "acme", "vault"} & set(spec), where
         return
-    assert spec["secretName"] and spec["dnsNames"], where
+    assert spec["secretName"], where
+    # A server's certificate names what clients dial (cert-manager's default usages include
+    # server auth); a CA, or a client's certificate, names no host.
+    server = "server auth" in spec.get("usages", ["server auth"]) and not spec.get("isCA")
+    assert bool(spec.get("dnsNames")) == server, f"{where}: dnsNames exactly for a server"
     issuer = spec["issuerRef"]
     if issuer.get("kind", "Issuer") == "Issuer":
         find(objects, "Issuer", issuer["name"])
@@ -183,9 +190,18 @@ IN_POD_CONTAINER_PORTS = {
 # in-process: no preprocess at all; Triton as in the base.
 IN_PROCESS_SERVICE_PORTS = {k: v for k, v in SERVICE_PORTS.items() if k != "preprocess"}
 IN_PROCESS_CONTAINER_PORTS = {k: v for k, v in CONTAINER_PORTS.items() if k[0] != "preprocess"}
+# components/mtls (in everything): a plaintext health-only port beside each mTLS gRPC port.
+MTLS_CONTAINER_PORTS = {
+    **IN_POD_CONTAINER_PORTS,
+    ("middleman", "middleman"): {**CONTAINER_PORTS[("middleman", "middleman")], "health": 8190},
+    ("batcher", "batcher"): {**CONTAINER_PORTS[("batcher", "batcher")], "health": 8192},
+    ("eds", "eds"): {**CONTAINER_PORTS[("eds", "eds")], "health": 18001},
+    ("triton", "preprocess"): {**IN_POD_CONTAINER_PORTS[("triton", "preprocess")],
+                               "prep-health": 8191},
+}  # fmt: skip
 PORTS_BY_TARGET = {
     **{f"overlays/{o}": (IN_POD_SERVICE_PORTS, IN_POD_CONTAINER_PORTS) for o in OVERLAYS},
-    "everything": (IN_POD_SERVICE_PORTS, IN_POD_CONTAINER_PORTS),
+    "everything": (IN_POD_SERVICE_PORTS, MTLS_CONTAINER_PORTS),
     "everything/remote": (SERVICE_PORTS, CONTAINER_PORTS),
     "everything/in-process": (IN_PROCESS_SERVICE_PORTS, IN_PROCESS_CONTAINER_PORTS),
 }
