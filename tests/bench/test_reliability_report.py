@@ -58,6 +58,24 @@ def test_the_faults_table_groups_the_repetitions_by_tier_and_fault() -> None:
     assert "run `make bench-faults`" in report.faults_section(None)
 
 
+def test_the_readme_summary_comes_from_the_results() -> None:
+    runs = [run("batcher", "kill -9", 0, 0.1), run("batcher", "kill -9", 1, 0.3),
+            run("triton", "SIGSTOP", 0, 1.5)]  # fmt: skip
+    text = report.summary_section(
+        {"overload-simulated": OVERLOAD, "overload-real": None}, {"runs": runs, "goal_met": False}
+    )
+    assert (
+        "**Ten times capacity**, on the simulated GPU (`make bench-overload`): 0.97 of capacity "
+        "still served to 1,024 callers, 0.99 to an open loop of 437/s; the excess refused by "
+        "Envoy (RESOURCE_EXHAUSTED / 429) in 8 ms p99." in text
+    )
+    assert "real model" not in text  # not measured: no line
+    assert (
+        "one of two in each of 2 tiers, 2 times each): 1 of 300 requests failed; a kill -9 is "
+        "seen in 0.30 s at most, a hang in 1.50 s at most." in text
+    )
+
+
 def test_the_reliability_page_shows_the_committed_results() -> None:
     """The page's sections are the ones `python -m bench.reliability_report` makes."""
     assert report.main(["--check"]) == 0, "run python -m bench.reliability_report"
