@@ -15,8 +15,10 @@ rolled out (the pipeline's first; a preprocess pool only where the placement has
 ``triton`` cluster (its admin API, through a port-forward: the admin listens on the pod's
 loopback only) holds exactly the Triton pods (in-pod: each pod's preprocess, its front door);
 the demo client through the cluster's Envoy with no error; Triton scaled 1 → 2 and the new pod
-taking requests. Each step says what it checks and how long it took; the first failure stops it
-with what was seen.
+taking requests, then scaled back (the HPA's floor as it was: the next deploy applies cleanly).
+``deploy`` applies server-side under its own field manager, forcing conflicts: what was changed
+by hand since is set back to the manifests, as ``kubectl apply`` would. Each step says what it
+checks and how long it took; the first failure stops it with what was seen.
 """
 
 from __future__ import annotations
@@ -51,6 +53,13 @@ DEPLOYMENTS = ("eds", "envoy", "triton", "batcher", "middleman")
 ADMIN_PORT, PUBLIC_PORT = 9901, 8080
 ROLLOUT_TIMEOUT_S = 900  # Triton's first start pulls a large image and loads the model
 STEP_TIMEOUT_S = 180.0
+
+
+# Server-side apply under one field manager. --force-conflicts: the manifests win over a field
+# someone changed by hand since (kubectl edit, patch or scale, another tool), as a plain
+# `kubectl apply` would, instead of failing the deploy on the conflict.
+FIELD_MANAGER = "inferline-deploy"
+APPLY = ("apply", "--server-side", "--force-conflicts", f"--field-manager={FIELD_MANAGER}")
 
 
 class ClusterError(Exception):
@@ -112,7 +121,7 @@ def deploy(overlay: str, registry: str, tag: str, dry_run: bool) -> None:
         return
     objects = [o for o in yaml.safe_load_all(manifests) if o]
     step(f"applying overlay {overlay!r} ({len(objects)} objects)")
-    sys.stdout.write(kubectl("apply", "--server-side", "-f", "-", input_text=manifests))
+    sys.stdout.write(kubectl(*APPLY, "-f", "-", input_text=manifests))
     if any(o["kind"] == "Deployment" and o["metadata"]["name"] == "grafana" for o in objects):
         step(ensure_grafana_admin())
     step("applied: `make verify-cluster` proves it works")
@@ -225,17 +234,36 @@ def demo(port: int, count: int) -> dict[str, Any]:
     return summary
 
 
-def scale_triton(replicas: int) -> None:
-    """``kubectl scale``; with the autoscaling component, its HPA's floor is raised instead
-    (the HPA would scale a manual change back down)."""
+@contextlib.contextmanager
+def triton_scaled(replicas: int) -> Iterator[None]:
+    """Triton at ``replicas`` ready pods for the block, then set back as it was, also when the
+    block fails: with the autoscaling component its HPA's floor is raised (it would scale a
+    manual change back down), else the Deployment is scaled."""
     hpa = kubectl("-n", NAMESPACE, "get", "hpa", "triton", "--ignore-not-found", "-o", "name")
     if hpa.strip():
-        patch = json.dumps({"spec": {"minReplicas": replicas}})
-        kubectl("-n", NAMESPACE, "patch", "hpa", "triton", "--type", "merge", "-p", patch)
-        step(f"HorizontalPodAutoscaler triton: minReplicas {replicas} (set it back when done)")
+        field, what = "{.spec.minReplicas}", "HorizontalPodAutoscaler triton: minReplicas"
+        before = int(kubectl("-n", NAMESPACE, "get", "hpa", "triton", "-o", f"jsonpath={field}"))
+
+        def set_to(count: int) -> None:
+            patch = json.dumps({"spec": {"minReplicas": count}})
+            kubectl("-n", NAMESPACE, "patch", "hpa", "triton", "--type", "merge", "-p", patch)
     else:
-        kubectl("-n", NAMESPACE, "scale", "deployment/triton", f"--replicas={replicas}")
-    wait(lambda: len(triton_pods()) >= replicas, f"{replicas} ready Triton pods", 600.0)
+        field, what = "{.spec.replicas}", "Deployment triton: replicas"
+        before = int(
+            kubectl("-n", NAMESPACE, "get", "deployment", "triton", "-o", f"jsonpath={field}")
+        )
+
+        def set_to(count: int) -> None:
+            kubectl("-n", NAMESPACE, "scale", "deployment/triton", f"--replicas={count}")
+
+    set_to(replicas)
+    step(f"{what} {before} → {replicas}")
+    try:
+        wait(lambda: len(triton_pods()) >= replicas, f"{replicas} ready Triton pods", 600.0)
+        yield
+    finally:
+        set_to(before)
+        step(f"{what} back to {before}")
 
 
 def rollout_order(found: Sequence[str]) -> list[str]:
@@ -279,17 +307,17 @@ def verify(requests: int) -> None:
         if errors:
             raise ClusterError(f"the demo client saw errors: {summary.get('errors_by_code')}")
         step(f"scaling Triton {len(pods)} → {len(pods) + 1}")
-        scale_triton(len(pods) + 1)
-        new = set(triton_pods().values()) - set(pods.values())
-        if not new:
-            raise ClusterError("Triton scaled up but no new ready pod IP")
-        step(f"new Triton pod {sorted(new)}: waiting until Envoy has it, then sends it requests")
-        wait(lambda: new <= set(triton_hosts(admin_clusters(admin))), "the new pod in Envoy")
-        summary = demo(public, requests)
-        served = triton_hosts(admin_clusters(admin))
-        if summary.get("errors", 0) or not all(served.get(ip, 0) > 0 for ip in new):
-            raise ClusterError(f"after the scale-up: {summary.get('errors_by_code')}, {served}")
-        step(f"requests per Triton pod: {served}")
+        with triton_scaled(len(pods) + 1):
+            new = set(triton_pods().values()) - set(pods.values())
+            if not new:
+                raise ClusterError("Triton scaled up but no new ready pod IP")
+            step(f"new Triton pod {sorted(new)}: waiting until Envoy has it, then sends it work")
+            wait(lambda: new <= set(triton_hosts(admin_clusters(admin))), "the new pod in Envoy")
+            summary = demo(public, requests)
+            served = triton_hosts(admin_clusters(admin))
+            if summary.get("errors", 0) or not all(served.get(ip, 0) > 0 for ip in new):
+                raise ClusterError(f"after the scale-up: {summary.get('errors_by_code')}, {served}")
+            step(f"requests per Triton pod: {served}")
     step(f"verified in {time.monotonic() - start:.0f} s")
 
 

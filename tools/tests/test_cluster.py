@@ -7,6 +7,7 @@ Kubernetes API server runs on this machine.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -146,3 +147,93 @@ def test_grafanas_admin_password_is_generated_once_and_kept(
     assert len(password) >= 32 and password != "admin"
     assert "kept" in cluster.ensure_grafana_admin()  # a second deploy leaves it alone
     assert len([c for c in api.calls if "create" in c]) == 1
+
+
+class ServerSideApply:
+    """kubectl against an API server that keeps, for the fields these tests follow, each value
+    and its field manager, and refuses a server-side apply that would change a field another
+    manager set, unless forced (Kubernetes' server-side apply: "Apply failed with 1 conflict").
+    Rendering (kubectl kustomize) runs the real kubectl."""
+
+    def __init__(self, real: Any, hpa: bool = True) -> None:
+        self.real, self.hpa = real, hpa
+        self.fields: dict[str, tuple[int, str]] = {}  # "hpa/triton minReplicas" -> value, manager
+        self.applies = 0
+
+    def set(self, field: str, value: int, manager: str, force: bool) -> None:
+        current = self.fields.get(field)
+        if current and current[1] != manager and current[0] != value and not force:
+            raise cluster.ClusterError(
+                f'Apply failed with 1 conflict: conflict with "{current[1]}": {field}'
+            )
+        self.fields[field] = (value, manager)
+
+    def __call__(self, *args: str, input_text: str | None = None, check: bool = True) -> str:
+        if args[0] == "kustomize":
+            return str(self.real(*args, input_text=input_text, check=check))
+        if args[0] == "apply":
+            assert "--server-side" in args
+            manager = next(a.split("=", 1)[1] for a in args if a.startswith("--field-manager"))
+            for obj in yaml.safe_load_all(input_text or ""):
+                if obj and obj["kind"] == "HorizontalPodAutoscaler":
+                    field = f"hpa/{obj['metadata']['name']} minReplicas"
+                    self.set(
+                        field, obj["spec"]["minReplicas"], manager, "--force-conflicts" in args
+                    )
+            self.applies += 1
+            return "applied\n"
+        verb, kind, name = args[2], args[3], args[4] if len(args) > 4 else ""
+        if (verb, kind) == ("get", "hpa"):
+            if not self.hpa:
+                return ""
+            if "-o" in args and args[-1].startswith("jsonpath"):
+                return str(self.fields["hpa/triton minReplicas"][0])
+            return "horizontalpodautoscaler.autoscaling/triton\n"
+        if (verb, kind) == ("patch", "hpa"):
+            value = json.loads(args[-1])["spec"]["minReplicas"]
+            self.set(f"hpa/{name} minReplicas", value, "kubectl-patch", force=True)
+            return "patched\n"
+        if (verb, kind) == ("get", "deployment"):
+            return str(self.fields.get("deployment/triton replicas", (1, ""))[0])
+        if (verb, kind) == ("scale", "deployment/triton"):
+            self.fields["deployment/triton replicas"] = (int(args[-1].split("=")[1]), "kubectl")
+            return "scaled\n"
+        if (verb, kind) == ("get", "secret"):
+            return "secret/grafana-admin\n"  # made by an earlier deploy: kept
+        raise AssertionError(f"unexpected kubectl {args}")
+
+
+def test_deploy_then_verify_then_deploy_again_applies_cleanly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """verify raises the Triton HPA's floor to scale up; it is set back when verify is done, and
+    a deploy after it applies (a field changed by hand would not fail it either)."""
+    tool("kubectl", "install kubectl 1.32 (it carries kustomize v5.5)")
+    api = ServerSideApply(cluster.kubectl)
+    monkeypatch.setattr(cluster, "kubectl", api)
+    monkeypatch.setattr(cluster, "triton_pods", lambda: {"triton-a": "10.0.0.1",
+                                                         "triton-b": "10.0.0.2"})  # fmt: skip
+    cluster.deploy("gpu", "reg.example/", "v1", dry_run=False)
+    floor = api.fields["hpa/triton minReplicas"]
+    assert floor[1] == cluster.FIELD_MANAGER
+    with cluster.triton_scaled(floor[0] + 1):
+        assert api.fields["hpa/triton minReplicas"] == (floor[0] + 1, "kubectl-patch")
+    assert api.fields["hpa/triton minReplicas"][0] == floor[0]  # set back
+    with pytest.raises(RuntimeError), cluster.triton_scaled(floor[0] + 1):
+        raise RuntimeError("the demo client saw errors")
+    assert api.fields["hpa/triton minReplicas"][0] == floor[0]  # set back on a failure too
+    api.set("hpa/triton minReplicas", 5, "kubectl-edit", force=True)  # changed by hand
+    cluster.deploy("gpu", "reg.example/", "v1", dry_run=False)
+    assert api.applies == 2
+    assert api.fields["hpa/triton minReplicas"] == floor  # the manifests win
+
+
+def test_without_an_hpa_the_deployment_is_scaled_and_set_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    api = ServerSideApply(cluster.kubectl, hpa=False)
+    monkeypatch.setattr(cluster, "kubectl", api)
+    monkeypatch.setattr(cluster, "triton_pods", lambda: {"a": "10.0.0.1", "b": "10.0.0.2"})
+    with cluster.triton_scaled(2):
+        assert api.fields["deployment/triton replicas"][0] == 2
+    assert api.fields["deployment/triton replicas"][0] == 1
