@@ -22,10 +22,21 @@ from inferline_stack.config import (
 ATTEMPTS = 200
 
 
+_GIVEN: set[int] = set()  # every port free_port handed out in this process
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port free now, never one this process was given before: the kernel may hand the same
+    ephemeral port to two binds in a row, and two settings given one port collide when the
+    second is bound (an eds's metrics and gRPC ports did)."""
+    for _ in range(ATTEMPTS):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
+    raise OSError(f"no free port not handed out before after {ATTEMPTS} attempts")
 
 
 def free_ports(count: int) -> list[int]:
