@@ -7,8 +7,7 @@
 
 ``deploy`` writes a kustomization of its own under ``build/deploy/<overlay>/`` that points at
 ``k8s/overlays/<overlay>`` and sets every image to ``<registry>/inferline-<name>:<tag>``, then
-applies ``kubectl kustomize --load-restrictor LoadRestrictionsNone`` of it (the monitoring
-component reads the dashboards and rules from ``grafana/``: one copy for local and cluster).
+applies ``kubectl kustomize`` of it.
 
 ``verify`` proves the deployment end to end, in any placement: every Deployment of the overlay
 rolled out (the pipeline's first; a preprocess pool only where the placement has one); Envoy's
@@ -111,7 +110,7 @@ def kubectl(*args: str, input_text: str | None = None, check: bool = True) -> st
 
 def render(overlay: str, registry: str, tag: str) -> str:
     folder = write_kustomization(overlay, registry, tag)
-    return kubectl("kustomize", "--load-restrictor", "LoadRestrictionsNone", str(folder))
+    return kubectl("kustomize", str(folder))
 
 
 def deploy(overlay: str, registry: str, tag: str, dry_run: bool) -> None:

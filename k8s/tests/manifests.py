@@ -93,8 +93,9 @@ def kubectl() -> str:
 
 
 def kustomize(folder: Path) -> str:
-    """``kubectl kustomize`` with the load restrictor off, as `make deploy` runs it."""
-    command = [kubectl(), "kustomize", "--load-restrictor", "LoadRestrictionsNone", str(folder)]
+    """Plain ``kubectl kustomize``, no flags: as `make deploy`, ``kubectl apply -k``, Argo CD and
+    Flux render it (the default load restrictor: no file outside the kustomization's root)."""
+    command = [kubectl(), "kustomize", str(folder)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stderr}"
     return result.stdout

@@ -40,6 +40,7 @@ from k8s.tests.manifests import (
     pod_specs,
     render,
 )
+from tools import monitoring_files
 
 GRAFANA = ROOT / "grafana"
 AUTOSCALING_RULES = K8S / "components" / "autoscaling" / "rules"
@@ -344,6 +345,22 @@ def test_the_pod_monitors_give_the_same_jobs_and_labels() -> None:
         assert relabelings["replica"]["sourceLabels"] == ["__meta_kubernetes_pod_name"]
         assert endpoint.get("honorLabels", False) is (job == "dcgm")
     assert found == EXPECTED_JOBS
+
+
+def test_the_monitoring_components_files_are_grafanas() -> None:
+    """Its ConfigMaps' files are copies of grafana/'s (kustomize reads nothing outside k8s/),
+    and every file it reads is one of them."""
+    assert monitoring_files.stale() == [], "stale: run make k8s-files"
+    component = K8S / "components" / "monitoring" / "kustomization.yaml"
+    kustomization = yaml.safe_load(component.read_text(encoding="utf-8"))
+    read = [
+        entry.split("=", 1)[-1]
+        for generator in kustomization["configMapGenerator"]
+        for entry in generator["files"]
+    ]
+    copied = {f"files/{name}" for name in monitoring_files.FILES}
+    assert set(read) - {"prometheus/prometheus.yml"} == copied
+    assert not [path for path in read if path.startswith("..")]
 
 
 def test_the_operator_rules_are_generated_from_the_rule_files() -> None:
