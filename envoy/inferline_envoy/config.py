@@ -1,7 +1,7 @@
 """Render the one Envoy template into an Envoy bootstrap, for the local stack or Kubernetes.
 
     python -m inferline_envoy.config --local > .run/envoy.yaml
-    python -m inferline_envoy.config --kubernetes --xds-address eds.inferline.svc:18000
+    python -m inferline_envoy.config --kubernetes --xds-address eds:18000
     python -m inferline_envoy.config --local --listener triton=18083 --admin-port 19901 --validate
 
 One template for both: the profiles differ only in parameters (where the control plane is,
@@ -235,7 +235,9 @@ LOCAL = EnvoyParams()
 KUBERNETES = EnvoyParams(
     node_id="envoy",  # Kubernetes: `envoy --service-node $(POD_NAME)` overrides it
     listen_address="0.0.0.0",
-    xds_host="eds.inferline.svc.cluster.local",
+    # The eds Service of Envoy's own namespace, found through the pod's DNS search path: neither
+    # the namespace nor the cluster's domain is written into the bootstrap.
+    xds_host="eds",
     health_check_interval_s=2.0,
     probe_port=9902,
 )

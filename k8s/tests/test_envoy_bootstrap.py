@@ -71,18 +71,24 @@ def test_the_overlays_bootstrap_is_the_kubernetes_render_and_envoy_accepts_it(
 
 
 def test_the_bootstrap_dials_the_eds_service() -> None:
-    """Envoy's ADS cluster is the eds Service's DNS name and port, in the base's namespace."""
+    """Envoy's ADS cluster is the eds Service's short name and port: Envoy's pod is in the same
+    namespace, and its DNS search path completes the name (no namespace or cluster domain in the
+    bootstrap); Envoy's resolver uses that path unless told not to."""
     objects = render("overlays/gpu")
     bootstrap = envoy_bootstrap(objects).config
     [xds] = [c for c in bootstrap["static_resources"]["clusters"] if c["name"] == "xds"]
     address = xds["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]
     service = find(objects, "Service", "eds")
-    namespace = service["metadata"]["namespace"]
+    assert (
+        service["metadata"]["namespace"]
+        == find(objects, "Deployment", "envoy")["metadata"]["namespace"]
+    )
     assert address["socket_address"] == {
-        "address": f"eds.{namespace}.svc.cluster.local",
+        "address": service["metadata"]["name"],
         "port_value": service["spec"]["ports"][0]["port"],
     }
     assert xds["type"] == "STRICT_DNS"
+    assert "dns_resolution_config" not in xds and "no_default_search_domain" not in str(xds)
 
 
 def test_the_tls_component_serves_the_certificate_it_mounts(tmp_path: Path) -> None:

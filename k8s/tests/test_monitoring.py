@@ -104,7 +104,12 @@ def test_grafana_mounts_what_its_provisioning_files_expect() -> None:
     env = {e["name"]: e.get("value") for e in container["env"]}
     service = find(objects, "Service", "prometheus")
     port = service["spec"]["ports"][0]["port"]
-    assert env["PROMETHEUS_URL"] == f"http://prometheus.{NAMESPACE}.svc:{port}"
+    assert service["metadata"]["namespace"] == NAMESPACE == grafana_namespace(objects)
+    assert env["PROMETHEUS_URL"] == f"http://prometheus:{port}"  # in Grafana's own namespace
+
+
+def grafana_namespace(objects: list[dict[str, Any]]) -> str:
+    return str(find(objects, "Deployment", "grafana")["metadata"]["namespace"])
 
 
 def test_grafana_wants_a_sign_in_with_the_generated_password_and_lets_few_reach_it() -> None:

@@ -341,3 +341,48 @@ def test_runtime_class_component_sets_nvidia_on_the_gpu_pods_only() -> None:
         if template["spec"].get("runtimeClassName") == "nvidia"
     }
     assert with_class == {"triton", "preprocess", "dcgm-exporter"}
+
+
+def floors(objects: list[dict[str, Any]]) -> dict[str, int]:
+    """Each Deployment's fewest pods: its HPA's minReplicas, else its replicas (default 1)."""
+    hpas = {
+        o["spec"]["scaleTargetRef"]["name"]: o["spec"]["minReplicas"]
+        for o in objects
+        if o["kind"] == "HorizontalPodAutoscaler"
+    }
+    return {
+        o["metadata"]["name"]: hpas.get(o["metadata"]["name"], o["spec"].get("replicas", 1))
+        for o in objects
+        if o["kind"] == "Deployment"
+    }
+
+
+def test_a_drain_leaves_every_gpu_overlay_tier_serving() -> None:
+    """In the gpu overlay every PodDisruptionBudget's Deployment keeps a pod while a drain takes
+    the most it allows (Triton too: its HPA starts at 2). The cpu overlay runs one of each (a
+    laptop), where the budgets let a drain through rather than block it (their comment says so)."""
+    objects = render("overlays/gpu")
+    floor = floors(objects)
+    budgets = [o for o in objects if o["kind"] == "PodDisruptionBudget"]
+    assert budgets
+    for budget in budgets:
+        target = budget["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"]
+        if target not in floor:  # not a Deployment of this overlay (a DaemonSet's, say)
+            continue
+        left = floor[target] - int(budget["spec"]["maxUnavailable"])
+        assert left >= 1, f"a drain may take {target} from {floor[target]} to {left}"
+    assert floor["triton"] >= 2
+    assert floors(render("overlays/cpu"))["triton"] == 1
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_no_host_name_carries_the_namespace_or_the_cluster_domain(target: str) -> None:
+    """Services are dialled by their short names (the pod's DNS search path finds them in its own
+    namespace), so neither the namespace nor the cluster's domain (cluster.local by default) is
+    written into a host name; only a Certificate lists the long names its clients may use."""
+    for obj in render(target):
+        if obj["kind"] == "Certificate":
+            continue
+        text = yaml.safe_dump(obj)
+        where = f"{obj['kind']} {obj['metadata']['name']}"
+        assert ".svc" not in text and "cluster.local" not in text, where

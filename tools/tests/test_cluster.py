@@ -211,8 +211,10 @@ def test_deploy_then_verify_then_deploy_again_applies_cleanly(
     tool("kubectl", "install kubectl 1.32 (it carries kustomize v5.5)")
     api = ServerSideApply(cluster.kubectl)
     monkeypatch.setattr(cluster, "kubectl", api)
-    monkeypatch.setattr(cluster, "triton_pods", lambda: {"triton-a": "10.0.0.1",
-                                                         "triton-b": "10.0.0.2"})  # fmt: skip
+    # As many ready Triton pods as the HPA's floor asks for (the cluster scales to it).
+    monkeypatch.setattr(cluster, "triton_pods", lambda: {
+        f"triton-{i}": f"10.0.0.{i}" for i in range(api.fields["hpa/triton minReplicas"][0])
+    })  # fmt: skip
     cluster.deploy("gpu", "reg.example/", "v1", dry_run=False)
     floor = api.fields["hpa/triton minReplicas"]
     assert floor[1] == cluster.FIELD_MANAGER
@@ -233,7 +235,9 @@ def test_without_an_hpa_the_deployment_is_scaled_and_set_back(
 ) -> None:
     api = ServerSideApply(cluster.kubectl, hpa=False)
     monkeypatch.setattr(cluster, "kubectl", api)
-    monkeypatch.setattr(cluster, "triton_pods", lambda: {"a": "10.0.0.1", "b": "10.0.0.2"})
+    monkeypatch.setattr(cluster, "triton_pods", lambda: {
+        f"triton-{i}": f"10.0.0.{i}" for i in range(api.fields["deployment/triton replicas"][0])
+    })  # fmt: skip
     with cluster.triton_scaled(2):
         assert api.fields["deployment/triton replicas"][0] == 2
     assert api.fields["deployment/triton replicas"][0] == 1
