@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
+from inferline_testing import tools
 from inferline_testing.prometheus import tool
 from k8s.tests import operator_rules
 from k8s.tests.manifests import (
@@ -364,8 +365,40 @@ def test_the_monitoring_components_files_are_grafanas() -> None:
         for entry in generator["files"]
     ]
     copied = {f"files/{name}" for name in monitoring_files.FILES}
-    assert set(read) - {"prometheus/prometheus.yml"} == copied
+    own = {"prometheus/prometheus.yml", "alertmanager/alertmanager.yml"}  # the component's own
+    assert set(read) - own == copied
     assert not [path for path in read if path.startswith("..")]
+
+
+def test_prometheus_sends_its_alerts_to_the_alertmanager_which_accepts_its_configuration(
+    tmp_path: Path,
+) -> None:
+    """Prometheus's alerting block names the Alertmanager Service's port; amtool (Debian's
+    prometheus-alertmanager) accepts the configuration Alertmanager is started with, which routes
+    every alert to a receiver and lets a critical alert mute its service's warnings."""
+    objects = render("overlays/gpu")
+    config = yaml.safe_load(configmap_data(objects, "prometheus-config")["prometheus.yml"])
+    [alertmanagers] = config["alerting"]["alertmanagers"]
+    service = find(objects, "Service", "alertmanager")
+    [port] = service["spec"]["ports"]
+    assert alertmanagers["static_configs"] == [{"targets": [f"alertmanager:{port['port']}"]}]
+    deployment = find(objects, "Deployment", "alertmanager")
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    assert f"--web.listen-address=:{port['port']}" in container["args"]
+    text = configmap_data(objects, "alertmanager-config")["alertmanager.yml"]
+    assert "--config.file=/etc/alertmanager/alertmanager.yml" in container["args"]
+    (tmp_path / "alertmanager.yml").write_text(text, encoding="utf-8")
+    amtool = tools.tool("amtool", "install prometheus-alertmanager (Debian) for amtool")
+    checked = subprocess.run(
+        [amtool, "check-config", str(tmp_path / "alertmanager.yml")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    routed = yaml.safe_load(text)
+    receivers = {r["name"] for r in routed["receivers"]}
+    assert routed["route"]["receiver"] in receivers
+    assert all(r["receiver"] in receivers for r in routed["route"]["routes"])
+    assert routed["inhibit_rules"][0]["equal"] == ["service"]
 
 
 def test_the_operator_rules_are_generated_from_the_rule_files() -> None:

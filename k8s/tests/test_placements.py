@@ -356,6 +356,7 @@ COMMON = {
     ("prometheus", "middleman", 9180), ("prometheus", "batcher", 9182),
     ("prometheus", "eds", 9183), ("prometheus", "triton", 8002), ("prometheus", "envoy", 9902),
     ("grafana", "prometheus", 9090), ("prometheus-adapter", "prometheus", 9090),
+    ("prometheus", "alertmanager", 9093),
     ("eds", "prometheus-adapter", 6443), ("prometheus", "prometheus-adapter", 6443),
     ("prometheus-adapter", "prometheus-adapter", 6443),
 }  # fmt: skip
