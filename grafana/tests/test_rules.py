@@ -16,7 +16,8 @@ import yaml
 
 from inferline_testing.prometheus import tool
 
-RULES = Path(__file__).resolve().parent.parent / "rules"
+ROOT = Path(__file__).resolve().parents[2]
+RULES = ROOT / "grafana" / "rules"
 RULE_FILES = (RULES / "recording.yml", RULES / "alerts.yml")
 TEST_FILES = sorted((RULES / "tests").glob("*.yml"))
 
@@ -92,3 +93,19 @@ def test_every_alert_is_actionable() -> None:
         assert rule.get("labels", {}).get("severity") in {"critical", "warning"}, name
         annotations = rule.get("annotations", {})
         assert annotations.get("summary") and annotations.get("description"), name
+
+
+def test_every_alert_links_its_runbook_section() -> None:
+    """runbook_url is docs/runbooks.md's section for the alert, and that section exists."""
+    page = ROOT / "docs" / "runbooks.md"
+    headings = {
+        line.removeprefix("## ").strip().lower()
+        for line in page.read_text(encoding="utf-8").splitlines()
+        if line.startswith("## ")
+    }
+    for rule in rules():
+        if "alert" not in rule:
+            continue
+        url = rule["annotations"].get("runbook_url", "")
+        assert url == f"docs/runbooks.md#{rule['alert'].lower()}", rule["alert"]
+        assert url.split("#")[1] in headings, f"docs/runbooks.md has no section {rule['alert']}"
