@@ -1,14 +1,20 @@
 """The thin NVML reader: the driver's version, its CUDA version and the GPUs' names, or why not.
 
 NVML comes from nvidia-ml-py (module ``pynvml``), which loads the node's ``libnvidia-ml.so.1``
-(the container runtime mounts it into a container that is given a GPU). Tests inject a fake
-with the same functions.
+(the container runtime mounts it into a container that is given a GPU). Where the runtime puts it
+off the loader's path (GKE's Google-managed drivers: /usr/local/nvidia/lib64; the GPU Operator's
+driver container: /run/nvidia/driver/…), :func:`preload` finds it there first, so that pynvml's
+own ``dlopen`` by name gets the library already loaded. Tests inject a fake with the same
+functions.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Protocol, cast
 
 from inferline_preflight.compat import Driver, Missing, MissingKind
@@ -17,6 +23,16 @@ from inferline_preflight.compat import Driver, Missing, MissingKind
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 LIBRARY = "libnvidia-ml.so.1"
+# Where drivers put it when it is not on the loader's path, in the order tried: GKE (its device
+# plugin mounts the node's driver at /usr/local/nvidia), the GPU Operator's driver container, and
+# the distributions' library directories.
+SEARCH = (
+    "/usr/local/nvidia/lib64",
+    "/run/nvidia/driver/usr/lib/x86_64-linux-gnu",
+    "/run/nvidia/driver/usr/lib64",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib64",
+)
 
 
 class Nvml(Protocol):
@@ -33,8 +49,30 @@ class Nvml(Protocol):
     def nvmlDeviceGetName(self, handle: Any) -> str | bytes: ...
 
 
+def preload(
+    search: Sequence[str] = SEARCH, dlopen: Callable[..., object] = ctypes.CDLL
+) -> str | None:
+    """Load ``libnvidia-ml.so.1`` by name, or else from the first of ``search`` that has it
+    (globally, so a later ``dlopen`` by name finds it); which one, or ``None`` if none does."""
+    try:
+        dlopen(LIBRARY)
+        return LIBRARY
+    except OSError:
+        pass
+    for folder in search:
+        path = Path(folder) / LIBRARY
+        if path.exists():
+            try:
+                dlopen(str(path), mode=ctypes.RTLD_GLOBAL)
+            except OSError:
+                continue
+            return str(path)
+    return None
+
+
 def load() -> Nvml | Missing:
-    """The real NVML bindings, or why they cannot load."""
+    """The real NVML bindings (their library found where drivers put it), or why not."""
+    preload()
     try:
         return cast(Nvml, importlib.import_module("pynvml"))
     except ImportError as e:

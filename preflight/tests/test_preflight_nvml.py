@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import ctypes.util
 import importlib
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +100,35 @@ def test_the_real_bindings_on_this_machine() -> None:
         assert probe == Missing(MissingKind.LIBRARY, "libnvidia-ml.so.1 not found")
     elif isinstance(probe, Driver):  # a GPU machine: the driver's version reads
         assert DriverVersion.parse(probe.version).branch >= 400
+
+
+class Loader:
+    """dlopen as the dynamic loader answers: by name only what is on its path."""
+
+    def __init__(self, on_path: bool) -> None:
+        self.on_path = on_path
+        self.opened: list[tuple[str, int]] = []
+
+    def __call__(self, name: str, mode: int = 0) -> object:
+        if "/" not in name and not self.on_path:
+            raise OSError(f"{name}: cannot open shared object file")
+        self.opened.append((name, mode))
+        return object()
+
+
+def test_the_library_is_found_where_gke_mounts_the_driver(tmp_path: Path) -> None:
+    """GKE's Google-managed drivers: /usr/local/nvidia/lib64, off the loader's path."""
+    missing, gke = tmp_path / "nowhere", tmp_path / "usr-local-nvidia-lib64"
+    gke.mkdir()
+    (gke / nvml.LIBRARY).write_bytes(b"")
+    loader = Loader(on_path=False)
+    found = nvml.preload([str(missing), str(gke)], loader)
+    assert found == str(gke / nvml.LIBRARY)
+    assert loader.opened == [(found, ctypes.RTLD_GLOBAL)]  # global: pynvml's dlopen finds it
+    assert nvml.SEARCH[0] == "/usr/local/nvidia/lib64"
+
+
+def test_the_loaders_path_comes_first_and_nothing_found_is_none(tmp_path: Path) -> None:
+    loader = Loader(on_path=True)
+    assert nvml.preload([str(tmp_path)], loader) == nvml.LIBRARY
+    assert nvml.preload([str(tmp_path)], Loader(on_path=False)) is None
