@@ -54,6 +54,8 @@ COMPONENT_NEEDS: dict[str, tuple[str, ...]] = {
     "pod-disruption-budgets": (),
     "tls": (),
     "auth": ("tls",),
+    # GKE's accelerator label instead of GFD's: changes what gpu (and dcgm-exporter) schedule on.
+    "gke": ("gpu", "monitoring", "dcgm-exporter"),
     # The placements: one per overlay, listed last (they remove the base's preprocess pool and
     # what the components before them add for it); alone on the base, they need nothing.
     "in-pod": (),
@@ -69,8 +71,8 @@ DEFAULT_PLACEMENT = "in-pod"
 # COMPONENT_NEEDS; the `everything` render adds the default placement and mtls last.
 ALL_BUT_PLACEMENTS = (
     "gpu", "gpu-sharing", "preflight", "monitoring", "dcgm-exporter", "nvidia-runtime-class",
-    "autoscaling", "network-policies", "pod-disruption-budgets", "monitoring-operator", "tls",
-    "auth",
+    "gke", "autoscaling", "network-policies", "pod-disruption-budgets", "monitoring-operator",
+    "tls", "auth",
 )  # fmt: skip
 AFTER_PLACEMENT = ("mtls",)  # components that change what the default placement made
 EVERYTHING = (*ALL_BUT_PLACEMENTS, DEFAULT_PLACEMENT, *AFTER_PLACEMENT)

@@ -386,3 +386,20 @@ def test_no_host_name_carries_the_namespace_or_the_cluster_domain(target: str) -
         text = yaml.safe_dump(obj)
         where = f"{obj['kind']} {obj['metadata']['name']}"
         assert ".svc" not in text and "cluster.local" not in text, where
+
+
+def test_gke_schedules_on_its_accelerator_label_not_gfds() -> None:
+    """components/gke: Triton and the DCGM exporter schedule on GKE's
+    cloud.google.com/gke-accelerator, which GKE's GPU nodes carry without GFD."""
+    objects = render("components/gke")
+    triton = find(objects, "Deployment", "triton")["spec"]["template"]["spec"]
+    affinity = triton["affinity"]["nodeAffinity"]
+    [term] = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    [expression] = term["matchExpressions"]
+    assert expression["key"] == "cloud.google.com/gke-accelerator"
+    assert {"nvidia-tesla-t4", "nvidia-l4"} <= set(expression["values"])
+    assert "nvidia.com/" not in yaml.safe_dump(affinity)  # no GFD label left to wait for
+    dcgm = find(objects, "DaemonSet", "dcgm-exporter")["spec"]["template"]["spec"]
+    terms = dcgm["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    keys = [e["key"] for t in terms["nodeSelectorTerms"] for e in t["matchExpressions"]]
+    assert "cloud.google.com/gke-accelerator" in keys and "nvidia.com/gpu.present" in keys
