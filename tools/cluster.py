@@ -119,11 +119,33 @@ def deploy(overlay: str, registry: str, tag: str, dry_run: bool) -> None:
         sys.stdout.write(manifests)
         return
     objects = [o for o in yaml.safe_load_all(manifests) if o]
+    refuse_taken_apis(objects)
     step(f"applying overlay {overlay!r} ({len(objects)} objects)")
     sys.stdout.write(kubectl(*APPLY, "-f", "-", input_text=manifests))
     if any(o["kind"] == "Deployment" and o["metadata"]["name"] == "grafana" for o in objects):
         step(ensure_grafana_admin())
     step("applied: `make verify-cluster` proves it works")
+
+
+def refuse_taken_apis(objects: Sequence[Mapping[str, Any]]) -> None:
+    """ClusterError when an APIService the overlay registers (prometheus-adapter's
+    custom.metrics.k8s.io: one per cluster) is already served by another Service: applying it
+    would take the API from that adapter and break whatever scales on it."""
+    for obj in objects:
+        if obj["kind"] != "APIService":
+            continue
+        name, ours = obj["metadata"]["name"], obj["spec"]["service"]
+        found = kubectl("get", "apiservice", name, "--ignore-not-found", "-o", "json")
+        if not found.strip():
+            continue
+        theirs = json.loads(found)["spec"].get("service") or {}
+        if (theirs.get("namespace"), theirs.get("name")) != (ours["namespace"], ours["name"]):
+            raise ClusterError(
+                f"APIService {name} is already served by "
+                f"{theirs.get('namespace')}/{theirs.get('name')} (another prometheus-adapter?): "
+                "deploy an overlay without components/prometheus-adapter and add its "
+                "config.yaml rules to that adapter (k8s/README.md, Autoscaling)"
+            )
 
 
 GRAFANA_ADMIN = "grafana-admin"

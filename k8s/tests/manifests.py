@@ -50,6 +50,7 @@ COMPONENT_NEEDS: dict[str, tuple[str, ...]] = {
     "monitoring-operator": (),
     "dcgm-exporter": ("monitoring",),
     "autoscaling": ("monitoring",),
+    "prometheus-adapter": ("monitoring", "autoscaling"),
     "network-policies": (),
     "pod-disruption-budgets": (),
     "tls": (),
@@ -71,7 +72,7 @@ DEFAULT_PLACEMENT = "in-pod"
 # COMPONENT_NEEDS; the `everything` render adds the default placement and mtls last.
 ALL_BUT_PLACEMENTS = (
     "gpu", "gpu-sharing", "preflight", "monitoring", "dcgm-exporter", "nvidia-runtime-class",
-    "gke", "autoscaling", "network-policies", "pod-disruption-budgets", "monitoring-operator",
+    "gke", "autoscaling", "prometheus-adapter", "network-policies", "pod-disruption-budgets", "monitoring-operator",
     "tls", "auth",
 )  # fmt: skip
 AFTER_PLACEMENT = ("mtls",)  # components that change what the default placement made

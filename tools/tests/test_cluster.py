@@ -171,6 +171,8 @@ class ServerSideApply:
     def __call__(self, *args: str, input_text: str | None = None, check: bool = True) -> str:
         if args[0] == "kustomize":
             return str(self.real(*args, input_text=input_text, check=check))
+        if args[:2] == ("get", "apiservice"):
+            return ""  # no other adapter in this cluster
         if args[0] == "apply":
             assert "--server-side" in args
             manager = next(a.split("=", 1)[1] for a in args if a.startswith("--field-manager"))
@@ -241,3 +243,44 @@ def test_without_an_hpa_the_deployment_is_scaled_and_set_back(
     with cluster.triton_scaled(2):
         assert api.fields["deployment/triton replicas"][0] == 2
     assert api.fields["deployment/triton replicas"][0] == 1
+
+
+def apiservice(namespace: str, name: str) -> str:
+    return json.dumps({"spec": {"service": {"namespace": namespace, "name": name}}})
+
+
+@pytest.mark.parametrize(
+    ("registered", "refused"),
+    [
+        ("", False),  # nobody serves the custom metrics API yet
+        (apiservice("inferline", "prometheus-adapter"), False),  # ours, from an earlier deploy
+        (apiservice("monitoring", "kube-prometheus-stack-prometheus-adapter"), True),
+    ],
+)
+def test_deploy_refuses_to_take_the_custom_metrics_api_from_another_adapter(
+    monkeypatch: pytest.MonkeyPatch, registered: str, refused: bool
+) -> None:
+    tool("kubectl", "install kubectl 1.32 (it carries kustomize v5.5)")
+    real, applied = cluster.kubectl, []
+
+    def kubectl(*args: str, input_text: str | None = None, check: bool = True) -> str:
+        if args[0] == "kustomize":
+            return str(real(*args, input_text=input_text, check=check))
+        if args[:2] == ("get", "apiservice"):
+            assert args[2] in ("v1beta1.custom.metrics.k8s.io", "v1beta2.custom.metrics.k8s.io")
+            return registered
+        if args[0] == "apply":
+            applied.append(args)
+            return ""
+        if args[2:4] == ("get", "secret"):
+            return "secret/grafana-admin\n"
+        raise AssertionError(f"unexpected kubectl {args}")
+
+    monkeypatch.setattr(cluster, "kubectl", kubectl)
+    if refused:
+        with pytest.raises(cluster.ClusterError, match="already served by monitoring/kube-prom"):
+            cluster.deploy("gpu", "reg.example/", "v1", dry_run=False)
+        assert not applied  # nothing applied at all
+    else:
+        cluster.deploy("gpu", "reg.example/", "v1", dry_run=False)
+        assert len(applied) == 1
