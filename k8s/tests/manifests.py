@@ -72,8 +72,8 @@ DEFAULT_PLACEMENT = "in-pod"
 # COMPONENT_NEEDS; the `everything` render adds the default placement and mtls last.
 ALL_BUT_PLACEMENTS = (
     "gpu", "gpu-sharing", "preflight", "monitoring", "dcgm-exporter", "nvidia-runtime-class",
-    "gke", "autoscaling", "prometheus-adapter", "network-policies", "pod-disruption-budgets", "monitoring-operator",
-    "tls", "auth",
+    "gke", "autoscaling", "prometheus-adapter", "network-policies", "pod-disruption-budgets",
+    "monitoring-operator", "tls", "auth",
 )  # fmt: skip
 AFTER_PLACEMENT = ("mtls",)  # components that change what the default placement made
 EVERYTHING = (*ALL_BUT_PLACEMENTS, DEFAULT_PLACEMENT, *AFTER_PLACEMENT)

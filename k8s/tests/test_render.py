@@ -42,7 +42,7 @@ CERT_MANAGER_KINDS = {"Certificate", "Issuer"}
 # reader of the API server's client CA, a RoleBinding) and the GPU Operator's (the time-slicing
 # configuration the device plugin reads).
 NAMESPACES = {NAMESPACE, "inferline-dcgm", "kube-system", "gpu-operator"}
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "APIService"}
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "APIService", "PriorityClass"}
 # Images per k8s/CONTRACT.md: the kustomize image names `make deploy` replaces.
 CONTRACT_IMAGES = set(re.findall(r"`(inferline/[a-z-]+)`", (K8S / "CONTRACT.md").read_text()))
 
@@ -403,3 +403,28 @@ def test_gke_schedules_on_its_accelerator_label_not_gfds() -> None:
     terms = dcgm["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     keys = [e["key"] for t in terms["nodeSelectorTerms"] for e in t["matchExpressions"]]
     assert "cloud.google.com/gke-accelerator" in keys and "nvidia.com/gpu.present" in keys
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_tier_spreads_over_nodes_and_zones_and_scales(overlay: str) -> None:
+    """Each pipeline Deployment spreads its replicas over nodes, then zones (never blocking a
+    one-node cluster), and has an HPA; Triton's pods come first when the cluster is full (gpu)."""
+    objects = render(f"overlays/{overlay}")
+    hpas = {o["spec"]["scaleTargetRef"]["name"] for o in objects
+            if o["kind"] == "HorizontalPodAutoscaler"}  # fmt: skip
+    for name in ("eds", "envoy", "middleman", "batcher", "triton"):
+        spec = find(objects, "Deployment", name)["spec"]["template"]["spec"]
+        spread = {c["topologyKey"]: c for c in spec["topologySpreadConstraints"]}
+        assert set(spread) == {"kubernetes.io/hostname", "topology.kubernetes.io/zone"}, name
+        for constraint in spread.values():
+            assert constraint["whenUnsatisfiable"] == "ScheduleAnyway", name
+            assert constraint["labelSelector"] == {"matchLabels": {"app.kubernetes.io/name": name}}
+    assert hpas == {"triton", "middleman", "batcher", "envoy"}  # eds: two, fixed (ADS streams)
+    triton = find(objects, "Deployment", "triton")["spec"]["template"]["spec"]
+    if overlay == "gpu":
+        assert (
+            triton["priorityClassName"]
+            == find(objects, "PriorityClass", "inferline-gpu")["metadata"]["name"]
+        )
+    else:
+        assert "priorityClassName" not in triton
