@@ -55,6 +55,7 @@ COMPONENT_NEEDS: dict[str, tuple[str, ...]] = {
     "pod-disruption-budgets": (),
     "tls": (),
     "auth": ("tls",),
+    "edge": (),
     # GKE's accelerator label instead of GFD's: changes what gpu (and dcgm-exporter) schedule on.
     "gke": ("gpu", "monitoring", "dcgm-exporter"),
     # The placements: one per overlay, listed last (they remove the base's preprocess pool and
@@ -73,7 +74,7 @@ DEFAULT_PLACEMENT = "in-pod"
 ALL_BUT_PLACEMENTS = (
     "gpu", "gpu-sharing", "preflight", "monitoring", "dcgm-exporter", "nvidia-runtime-class",
     "gke", "autoscaling", "prometheus-adapter", "network-policies", "pod-disruption-budgets",
-    "monitoring-operator", "tls", "auth",
+    "monitoring-operator", "tls", "auth", "edge",
 )  # fmt: skip
 AFTER_PLACEMENT = ("mtls",)  # components that change what the default placement made
 EVERYTHING = (*ALL_BUT_PLACEMENTS, DEFAULT_PLACEMENT, *AFTER_PLACEMENT)

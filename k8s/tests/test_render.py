@@ -151,7 +151,7 @@ def test_selectors_use_the_name_label(target: str) -> None:
         name = service["metadata"]["name"]
         label = service["metadata"]["labels"]["app.kubernetes.io/name"]
         assert service["spec"]["selector"] == {"app.kubernetes.io/name": label}, name
-        assert name in (label, f"{label}-rest"), f"{name}: a Service is named for its pods"
+        assert name in (label, f"{label}-rest", f"{label}-public"), f"{name}: named for its pods"
 
 
 # -- the contract (k8s/CONTRACT.md) ---------------------------------------------------------
@@ -428,3 +428,17 @@ def test_every_tier_spreads_over_nodes_and_zones_and_scales(overlay: str) -> Non
         )
     else:
         assert "priorityClassName" not in triton
+
+
+def test_the_edge_exposes_the_public_listener_only() -> None:
+    """components/edge: a LoadBalancer with Envoy's public port and none of its hop listeners."""
+    objects = render("components/edge")
+    public = find(objects, "Service", "envoy-public")["spec"]
+    envoy = find(objects, "Service", "envoy")["spec"]
+    assert public["type"] == "LoadBalancer" and envoy["type"] == "ClusterIP"
+    assert public["selector"] == envoy["selector"]
+    [port] = public["ports"]
+    [first] = [p for p in envoy["ports"] if p["port"] == 8080]
+    assert port == first  # the public listener, and only it
+    container = find(objects, "Deployment", "envoy")["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "grpc", "containerPort": 8080, "protocol": "TCP"} in container["ports"]
