@@ -44,6 +44,7 @@ KUBERNETES_VERSION = "1.32.0"
 COMPONENT_NEEDS: dict[str, tuple[str, ...]] = {
     "gpu": (),
     "gpu-sharing": ("gpu",),
+    "gpu-mig": ("gpu", "preflight"),
     "preflight": ("gpu",),
     "nvidia-runtime-class": ("gpu", "monitoring", "dcgm-exporter"),
     "monitoring": (),
@@ -72,9 +73,9 @@ DEFAULT_PLACEMENT = "in-pod"
 # Every component but the placements (and mtls, which needs in-pod), in an order that satisfies
 # COMPONENT_NEEDS; the `everything` render adds the default placement and mtls last.
 ALL_BUT_PLACEMENTS = (
-    "gpu", "gpu-sharing", "preflight", "monitoring", "dcgm-exporter", "nvidia-runtime-class",
-    "gke", "autoscaling", "prometheus-adapter", "network-policies", "pod-disruption-budgets",
-    "monitoring-operator", "tls", "auth", "edge",
+    "gpu", "gpu-sharing", "preflight", "gpu-mig", "monitoring", "dcgm-exporter",
+    "nvidia-runtime-class", "gke", "autoscaling", "prometheus-adapter", "network-policies",
+    "pod-disruption-budgets", "monitoring-operator", "tls", "auth", "edge",
 )  # fmt: skip
 AFTER_PLACEMENT = ("mtls",)  # components that change what the default placement made
 EVERYTHING = (*ALL_BUT_PLACEMENTS, DEFAULT_PLACEMENT, *AFTER_PLACEMENT)

@@ -442,3 +442,22 @@ def test_the_edge_exposes_the_public_listener_only() -> None:
     assert port == first  # the public listener, and only it
     container = find(objects, "Deployment", "envoy")["spec"]["template"]["spec"]["containers"][0]
     assert {"name": "grpc", "containerPort": 8080, "protocol": "TCP"} in container["ports"]
+
+
+def test_mig_gives_triton_a_slice_instead_of_a_gpu() -> None:
+    """components/gpu-mig (mixed strategy): Triton and its preflight ask for one MIG slice, on
+    nodes that advertise slices by profile; nothing in the pod asks for a whole GPU."""
+    objects = render("components/gpu-mig")
+    pod = find(objects, "Deployment", "triton")["spec"]["template"]["spec"]
+    asked = {
+        c["name"]: c.get("resources", {}).get("limits", {})
+        for c in (*pod["initContainers"], *pod["containers"])
+    }
+    assert asked["triton"]["nvidia.com/mig-1g.10gb"] == asked["preflight"]["nvidia.com/mig-1g.10gb"]
+    assert not [name for name, limits in asked.items() if "nvidia.com/gpu" in limits]
+    [term] = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert {"key": "nvidia.com/mig.strategy", "operator": "In", "values": ["mixed"]} in term[
+        "matchExpressions"
+    ]
