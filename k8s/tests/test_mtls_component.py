@@ -32,14 +32,8 @@ from inferline_envoy import config as envoy_config
 from inferline_stack import certs
 from inferline_testing.harness import EnvoyProcess, Process, python, wait_serving
 from inferline_testing.ports import free_port
-from k8s.tests.manifests import (
-    Container,
-    containers,
-    envoy_bootstrap,
-    find,
-    local_bootstrap,
-    render,
-)
+from k8s.tests import manifests
+from k8s.tests.manifests import Container, render
 
 pytestmark = pytest.mark.e2e
 
@@ -50,7 +44,11 @@ IDENTITY = {"eds-tls": "eds", "triton-tls": "triton", "envoy-client-tls": certs.
 
 
 def container(objects: list[dict[str, Any]], deployment: str, name: str) -> Container:
-    [found] = [c for c in containers([find(objects, "Deployment", deployment)]) if c.name == name]
+    [found] = [
+        c
+        for c in manifests.containers([manifests.find(objects, "Deployment", deployment)])
+        if c.name == name
+    ]
     return found
 
 
@@ -145,7 +143,7 @@ async def test_envoy_reaches_eds_and_a_gpu_pod_over_mtls_with_the_rendered_setti
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
 
         # Envoy with the bootstrap and SDS files its pod renders, its Secret moved here.
-        bootstrap = envoy_bootstrap(objects)
+        bootstrap = manifests.envoy_bootstrap(objects)
         folder = secret_dir(container(objects, "envoy", "envoy"), made, tmp_path)
         sds = tmp_path / "sds"
         sds.mkdir()
@@ -155,7 +153,7 @@ async def test_envoy_reaches_eds_and_a_gpu_pod_over_mtls_with_the_rendered_setti
 
         for name, resource in bootstrap.sds.items():
             (sds / name).write_text(local(envoy_config.dump(resource)), encoding="utf-8")
-        config, params = local_bootstrap(local(bootstrap.text()), eds_port)
+        config, params = manifests.local_bootstrap(local(bootstrap.text()), eds_port)
         envoy = EnvoyProcess(tmp_path, params, config=yaml.safe_load(envoy_config.dump(config)))
         await envoy.start_ready(WAIT_S)
 
