@@ -21,7 +21,7 @@ FUZZ_SECONDS ?= 60
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup certs token model up down status scale demo demo-web grafana images deploy undeploy verify-cluster checkov test fuzz lint check-packages format docs k8s-files bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload bench-faults soak clean
+.PHONY: help setup certs token model up down status scale demo demo-web grafana images deploy undeploy verify-cluster checkov test fuzz lint check-packages format docs dashboards k8s-files bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload bench-faults soak clean
 
 help: ## list the targets
 	@echo "inferline — scale-out inference pipeline (see README.md)"
@@ -152,7 +152,11 @@ format: setup ## apply ruff's formatting and safe fixes
 docs: setup ## regenerate docs/configuration.md's tables from the services' Config classes (a test checks they are current)
 	$(PY) -m tools.configref
 
-k8s-files: setup ## copy grafana/'s rules, dashboards and provisioning into k8s/components/monitoring/files (kustomize reads nothing outside k8s/; a test checks they are current)
+dashboards: setup ## write grafana/dashboards/*.json from their Python (grafana/dashboards_src) and refresh the Kubernetes copies (tests check both are current)
+	$(PY) -m grafana.dashboards_src
+	$(PY) -m tools.monitoring_files
+
+k8s-files: setup ## copy grafana/'s rules, dashboards and provisioning into k8s/components/monitoring/files (the dashboards into monitoring-operator/files too; kustomize reads nothing outside k8s/; a test checks they are current)
 	$(PY) -m tools.monitoring_files
 
 bench: bench-pipeline bench-e2e bench-preprocess bench-eds bench-batcher bench-overload bench-faults ## every benchmark

@@ -8,6 +8,10 @@ query against a Prometheus scraping the running stack::
     for query in panel_queries(rate_interval="1m"):
         ...  # query.dashboard (uid), query.panel (title), query.expr, query.gpu_only
 
+Variables are substituted as Grafana does with "All" chosen (``.*``, which matches a missing
+label too); ``variable_queries()`` yields the query variables' ``label_values`` selectors. The
+JSON is generated from grafana/dashboards_src (``make dashboards``).
+
 A panel that can only have data on a machine with a GPU (Triton's ``nv_gpu_*``) or in
 Kubernetes with the DCGM exporter (``DCGM_*``) is listed in :data:`GPU_ONLY_PANELS`, by
 dashboard uid and panel title; ``test_dashboards.py`` checks that the list is exactly the panels
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -61,7 +65,7 @@ Panel = dict[str, Any]
 
 
 class PanelQuery(NamedTuple):
-    """One target of one panel, with the dashboard's variables substituted."""
+    """One target of one panel, with the dashboard's variables substituted ("All" chosen)."""
 
     dashboard: str  # the dashboard's uid
     panel: str  # the panel's title
@@ -99,31 +103,88 @@ def iter_rows(dashboard: Dashboard) -> Iterator[Panel]:
     return (panel for panel in dashboard.get("panels", []) if panel.get("type") == "row")
 
 
-def substitute(expr: str, rate_interval: str = "1m") -> str:
+def all_values(dashboard: Dashboard) -> dict[str, str]:
+    """Each multi-valued variable's value with "All" chosen (its ``allValue``), by name."""
+    values: dict[str, str] = {}
+    for variable in dashboard.get("templating", {}).get("list", []):
+        if variable.get("includeAll"):
+            if not isinstance(variable.get("allValue"), str):
+                raise ValueError(f"variable {variable.get('name')!r}: includeAll, no allValue")
+            values[str(variable["name"])] = variable["allValue"]
+    return values
+
+
+_VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
+
+
+def substitute(
+    expr: str, rate_interval: str = "1m", variables: Mapping[str, str] | None = None
+) -> str:
     """``expr`` with Grafana's variables replaced as Grafana would, for Prometheus's API.
 
     ``$__rate_interval`` is at least four scrape intervals in Grafana (the datasource's
-    ``timeInterval``); ``1m`` holds at least two samples at any scrape interval up to 30 s.
+    ``timeInterval``); ``1m`` holds at least two samples at any scrape interval up to 30 s. A
+    dashboard variable (``$namespace`` or ``${namespace}``) becomes its value in ``variables``
+    (:func:`all_values`: "All", ``.*``); any other ``$…`` is left as it is.
     """
-    return expr.replace("${__rate_interval}", rate_interval).replace(
-        "$__rate_interval", rate_interval
-    )
+    values = {**(variables or {}), "__rate_interval": rate_interval}
+
+    def value(match: re.Match[str]) -> str:
+        name = match[1] or match[2]
+        return values.get(name, match[0])
+
+    return _VARIABLE.sub(value, expr)
 
 
 def panel_queries(
     rate_interval: str = "1m", directory: Path = DASHBOARDS_DIR
 ) -> Iterator[PanelQuery]:
-    """Every target of every panel of every dashboard, variables substituted."""
+    """Every target of every panel of every dashboard, variables substituted ("All")."""
     for uid, dashboard in load_dashboards(directory).items():
+        variables = all_values(dashboard)
         for panel in iter_panels(dashboard):
             title = str(panel.get("title", ""))
             for target in panel.get("targets", []):
                 yield PanelQuery(
                     uid,
                     title,
-                    substitute(str(target.get("expr", "")), rate_interval),
+                    substitute(str(target.get("expr", "")), rate_interval, variables),
                     (uid, title) in GPU_ONLY_PANELS,
                 )
+
+
+class VariableQuery(NamedTuple):
+    """A query variable's ``label_values(selector, label)``, its variables substituted."""
+
+    dashboard: str  # the dashboard's uid
+    variable: str  # the variable's name
+    selector: str  # the series selector whose label values it lists
+    label: str
+
+    @property
+    def expr(self) -> str:
+        """PromQL with a series per value the variable lists."""
+        return f"group by ({self.label}) ({self.selector})"
+
+
+_LABEL_VALUES = re.compile(r"label_values\((.+),\s*(\w+)\)", re.DOTALL)
+
+
+def variable_queries(directory: Path = DASHBOARDS_DIR) -> Iterator[VariableQuery]:
+    """Every query variable of every dashboard ("All" chosen for those its query reads)."""
+    for uid, dashboard in load_dashboards(directory).items():
+        variables = all_values(dashboard)
+        for variable in dashboard.get("templating", {}).get("list", []):
+            if variable.get("type") != "query":
+                continue
+            text = variable.get("query")
+            if isinstance(text, dict):  # Grafana's newer form: {"query": "…", "refId": …}
+                text = text.get("query")
+            match = _LABEL_VALUES.fullmatch(str(text).strip())
+            if not match:
+                raise ValueError(f"{uid}: variable {variable.get('name')!r} is not label_values")
+            selector = substitute(match[1], variables=variables)
+            yield VariableQuery(uid, str(variable["name"]), selector, match[2])
 
 
 # -- metric names in PromQL ---------------------------------------------------------------------
@@ -182,6 +243,26 @@ def catalog_names(catalog: Path = CATALOG) -> set[str]:
         elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", token):
             names.add(token)
     return names
+
+
+def catalog_labels(catalog: Path = CATALOG) -> dict[str, set[str]]:
+    """The backticked words of each catalog table row's labels column (its label names, and
+    some of their values), by metric name, ``<svc>`` expanded."""
+    labels: dict[str, set[str]] = {}
+    for line in catalog.read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        words = set(re.findall(r"`(\w+)`", cells[2]))
+        for token in re.findall(r"`([^`\s]+)`", cells[0]):
+            names = (
+                [token.replace("<svc>", service) for service in GRPC_SERVICES]
+                if "<svc>" in token
+                else [token]
+            )
+            for name in names:
+                labels[name] = words
+    return labels
 
 
 def catalogued(name: str, catalog: set[str]) -> bool:

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from grafana.tests.dashboards import (
+    CATALOG,
     DASHBOARDS,
     DASHBOARDS_DIR,
     DATASOURCE,
@@ -23,6 +24,8 @@ from grafana.tests.dashboards import (
     GRAFANA_DIR,
     RECORDING_RULES,
     Dashboard,
+    all_values,
+    catalog_labels,
     catalog_names,
     catalogued,
     is_gpu_metric,
@@ -32,6 +35,7 @@ from grafana.tests.dashboards import (
     metric_names,
     panel_queries,
     substitute,
+    variable_queries,
 )
 from inferline_testing.prometheus import tool
 
@@ -46,6 +50,14 @@ QUESTION = re.compile(r"(How|What|Which|Is|Are|Has|Have|Does|Do|When|Where|Why)\
 METRIC_WORD = re.compile(r"\b(?:nv|inferline|envoy|DCGM)_\w+")
 UNITS = {"reqps", "ops", "s", "ms", "bytes", "Bps", "percentunit", "watt", "none"}
 PANEL_TYPES = {"timeseries", "stat"}
+# The variables that narrow every query, and the matcher each adds to a selector.
+SCOPE = {
+    "cluster": 'cluster=~"$cluster"',
+    "namespace": 'namespace=~"$namespace"',
+    "model": 'model=~"$model"',
+}
+# A metric's selector: its name and its matchers.
+SELECTOR = re.compile(r"(?<![\w:])([A-Za-z_:][\w:]*)\{([^{}]*)\}")
 
 ALL = load_dashboards()
 PANELS = [(uid, panel) for uid, dashboard in ALL.items() for panel in iter_panels(dashboard)]
@@ -82,6 +94,60 @@ def test_the_datasource_variable(uid: str) -> None:
     assert datasource["query"] == "prometheus"
     # The provisioned datasource (provisioning/datasources/prometheus.yml) is the default.
     assert datasource["current"]["value"] == "prometheus"
+
+
+@pytest.mark.parametrize("uid", sorted(DASHBOARDS))
+def test_the_cluster_namespace_and_model_variables(uid: str) -> None:
+    variables = {v["name"]: v for v in ALL[uid]["templating"]["list"]}
+    assert list(variables) == ["datasource", *SCOPE]  # each query reads those before it
+    for name in SCOPE:
+        variable = variables[name]
+        assert variable["type"] == "query"
+        assert variable["datasource"] == DATASOURCE
+        assert variable["multi"] is True
+        assert variable["includeAll"] is True
+        # "All" is .*, which matches a missing label too: the local stack's series have no
+        # namespace or cluster.
+        assert variable["allValue"] == ".*"
+        assert variable["current"]["value"] == ["$__all"]
+    listed = {query.variable: query.label for query in variable_queries() if query.dashboard == uid}
+    assert listed == {name: name for name in SCOPE}
+
+
+@pytest.mark.parametrize(("uid", "panel"), PANELS, ids=PANEL_IDS)
+def test_every_selector_is_narrowed_by_the_variables(uid: str, panel: dict[str, Any]) -> None:
+    """cluster and namespace on every selector, model on every metric labelled by model
+    (METRICS.md; Triton's nv_inference_* are per model); no cluster on a metric whose own
+    `cluster` label is something else (eds's: the hop)."""
+    labels = catalog_labels()
+    for target in panel["targets"]:
+        expr = target["expr"]
+        for name, matchers in SELECTOR.findall(expr):
+            own = labels.get(name) or labels.get(base_name(name, labels), set())
+            expected = {"namespace"}
+            if "cluster" not in own:
+                expected.add("cluster")
+            if name.startswith("nv_inference_") or "model" in own:
+                expected.add("model")
+            found = {label for label, matcher in SCOPE.items() if matcher in matchers}
+            assert found == expected, f"{name}{{{matchers}}}"
+        unscoped = metric_names(SELECTOR.sub(" ", expr))
+        assert not unscoped, f"selectors without the variables: {unscoped} in {expr}"
+
+
+def base_name(name: str, catalog: dict[str, set[str]]) -> str:
+    for suffix in ("_bucket", "_sum", "_count"):
+        if name.endswith(suffix) and name.removesuffix(suffix) in catalog:
+            return name.removesuffix(suffix)
+    return name
+
+
+def test_the_catalog_gives_labels() -> None:
+    labels = catalog_labels(CATALOG)
+    assert "model" in labels["inferline_batcher_queue_delay_seconds"]
+    assert "model" in labels["inferline_middleman_grpc_requests_total"]
+    assert "model" not in labels["inferline_batcher_queue_capacity_requests"]
+    assert "cluster" in labels["inferline_eds_endpoints"]
 
 
 @pytest.mark.parametrize("uid", sorted(DASHBOARDS))
@@ -141,7 +207,8 @@ def test_rates_use_the_rate_interval(uid: str, panel: dict[str, Any]) -> None:
     for target in panel["targets"]:
         windows = re.findall(r"\[([^\]]*)\]", target["expr"])
         assert all(window == "$__rate_interval" for window in windows), target["expr"]
-        assert "$" not in substitute(target["expr"]), "only $__rate_interval is substituted"
+        substituted = substitute(target["expr"], variables=all_values(ALL[uid]))
+        assert "$" not in substituted, "only $__rate_interval and the variables are substituted"
 
 
 def test_every_metric_is_in_the_catalog() -> None:
@@ -185,14 +252,15 @@ def test_gpu_only_panels_are_exactly_those_using_gpu_metrics() -> None:
 def test_every_query_parses(tmp_path: Path) -> None:
     """``promtool check rules`` over a rules file holding every query as a recording rule."""
     promtool = tool()
-    queries = list(panel_queries(rate_interval="1m"))
+    queries = [query.expr for query in panel_queries(rate_interval="1m")]
+    queries += [query.expr for query in variable_queries()]  # the variables' label_values
     rules = {
         "groups": [
             {
                 "name": "dashboards",
                 "rules": [
-                    {"record": f"dashboard:query_{i}:check", "expr": query.expr}
-                    for i, query in enumerate(queries)
+                    {"record": f"dashboard:query_{i}:check", "expr": expr}
+                    for i, expr in enumerate(queries)
                 ],
             }
         ]

@@ -1,11 +1,13 @@
 """The dashboards and rules against live data: the session's stack (the real model, every hop
 through Envoy) under the demo client's load, scraped by the real Prometheus.
 
-Every panel query (variables substituted as Grafana would), every recording rule and every
-alert expression evaluates without error through Prometheus's HTTP API; every panel query
-returns at least one series, except the GPU panels on a machine without a GPU, listed in
-``GPU_ONLY_PANELS``; every metric a dashboard, rule or alert names is exported by some process
-of the stack. Skipped where Prometheus is not installed (and required in CI).
+Every panel query (variables substituted as Grafana would, "All" chosen: ``.*``, which matches
+the local series' missing ``cluster`` and ``namespace``), every variable's ``label_values``
+query, every recording rule and every alert expression evaluates without error through
+Prometheus's HTTP API; every panel query returns at least one series, except the GPU panels on
+a machine without a GPU, listed in ``GPU_ONLY_PANELS``; every metric a dashboard, rule or alert
+names is exported by some process of the stack. Skipped where Prometheus is not installed (and
+required in CI).
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ import aiohttp
 import pytest
 import yaml
 
-from grafana.tests.dashboards import GPU_ONLY_PANELS, is_gpu_metric, metric_names, panel_queries
+from grafana.tests.dashboards import (
+    GPU_ONLY_PANELS,
+    is_gpu_metric,
+    metric_names,
+    panel_queries,
+    variable_queries,
+)
 from inferline_stack.config import StackConfig
 from inferline_stack.processes import ProcessTable
 from inferline_stack.prometheus import PROMETHEUS
@@ -93,6 +101,18 @@ async def test_every_panel_query_has_data(prometheus: str) -> None:
             empty.append(f"{query_.dashboard} / {query_.panel}: {query_.expr}")
     assert empty == [], "panel queries with no series:\n" + "\n".join(empty)
     assert gpu_only == set(GPU_ONLY_PANELS)  # every listed panel was queried, without error
+
+
+async def test_every_variable_query_evaluates(prometheus: str) -> None:
+    """The cluster, namespace and model variables' queries evaluate; locally only `model` lists
+    values (the local series carry no cluster or namespace label, and "All" still matches)."""
+    listed: dict[str, set[str]] = {}
+    for variable in variable_queries():
+        result = await query(prometheus, variable.expr)  # raises on an error
+        values = {str(series_["metric"].get(variable.label, "")) for series_ in result}
+        listed.setdefault(variable.variable, set()).update(values - {""})
+    assert set(listed) == {"cluster", "namespace", "model"}
+    assert listed["model"], "the model variable lists no model under load"
 
 
 async def test_every_rule_and_alert_evaluates(prometheus: str) -> None:

@@ -354,20 +354,38 @@ def test_the_pod_monitors_give_the_same_jobs_and_labels() -> None:
 
 
 def test_the_monitoring_components_files_are_grafanas() -> None:
-    """Its ConfigMaps' files are copies of grafana/'s (kustomize reads nothing outside k8s/),
-    and every file it reads is one of them."""
-    assert monitoring_files.stale() == [], "stale: run make k8s-files"
-    component = K8S / "components" / "monitoring" / "kustomization.yaml"
-    kustomization = yaml.safe_load(component.read_text(encoding="utf-8"))
-    read = [
-        entry.split("=", 1)[-1]
-        for generator in kustomization["configMapGenerator"]
-        for entry in generator["files"]
-    ]
-    copied = {f"files/{name}" for name in monitoring_files.FILES}
-    own = {"prometheus/prometheus.yml", "alertmanager/alertmanager.yml"}  # the component's own
-    assert set(read) - own == copied
-    assert not [path for path in read if path.startswith("..")]
+    """Their ConfigMaps' files are copies of grafana/'s (kustomize reads nothing outside k8s/),
+    and every file they read is one of them."""
+    assert monitoring_files.stale() == [], "stale: run make k8s-files (or make dashboards)"
+    own = {"prometheus/prometheus.yml", "alertmanager/alertmanager.yml"}  # monitoring's own
+    for component, names in (
+        ("monitoring", monitoring_files.FILES),
+        ("monitoring-operator", monitoring_files.OPERATOR_FILES),
+    ):
+        path = K8S / "components" / component / "kustomization.yaml"
+        kustomization = yaml.safe_load(path.read_text(encoding="utf-8"))
+        read = [
+            entry.split("=", 1)[-1]
+            for generator in kustomization["configMapGenerator"]
+            for entry in generator["files"]
+        ]
+        assert set(read) - own == {f"files/{name}" for name in names}, component
+        assert not [path for path in read if path.startswith("..")]
+
+
+def test_the_operator_component_ships_the_dashboards_to_kube_prometheus_stacks_grafana() -> None:
+    """One ConfigMap with grafana/'s dashboards, labelled for the Grafana sidecar
+    (grafana_dashboard: "1", folder annotation grafana_folder), its name without a hash (a
+    changed dashboard replaces it rather than leaving the old one for the sidecar)."""
+    [configmap] = [o for o in render("components/monitoring-operator") if o["kind"] == "ConfigMap"]
+    metadata = configmap["metadata"]
+    assert metadata["name"] == "inferline-grafana-dashboards"
+    assert metadata["labels"]["grafana_dashboard"] == "1"
+    assert metadata["annotations"]["grafana_folder"] == "inferline"
+    dashboards = GRAFANA / "dashboards"
+    assert configmap["data"] == {
+        p.name: p.read_text(encoding="utf-8") for p in sorted(dashboards.glob("*.json"))
+    }
 
 
 def test_prometheus_sends_its_alerts_to_the_alertmanager_which_accepts_its_configuration(
