@@ -21,7 +21,7 @@ FUZZ_SECONDS ?= 60
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup certs token model up down status scale demo demo-web grafana images deploy undeploy verify-cluster checkov test fuzz lint check-packages format docs dashboards k8s-files bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload bench-faults soak clean
+.PHONY: help setup certs token model publish-models up down status scale demo demo-web grafana images deploy undeploy verify-cluster checkov test fuzz lint check-packages format docs dashboards k8s-files bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload bench-faults soak clean
 
 help: ## list the targets
 	@echo "inferline — scale-out inference pipeline (see README.md)"
@@ -44,6 +44,10 @@ setup: $(STAMP) ## create .venv with the pinned versions (idempotent, fast when 
 
 model: setup ## export the built-in MODELS to ONNX into the Triton model repository (cached): MODELS="efficientnet_lite0 efficientnet_lite2"
 	@$(PY) -m inferline_models build --repository $(MODEL_REPOSITORY) $(MODELS)
+
+publish-models: model ## upload the model repository to a model store for k8s/components/model-store: STORE=s3://bucket/prefix (or gs://…, s3://http://host:port/bucket/prefix)
+	@test -n "$(STORE)" || { echo "make publish-models needs STORE=s3://bucket/prefix (or gs://bucket/prefix, s3://http://host:port/bucket/prefix)" >&2; exit 2; }
+	@$(PY) -m inferline.store publish $(MODEL_REPOSITORY) $(STORE)
 
 certs: setup ## a local CA and TLS certificates under .run/certs (idempotent); INFERLINE_STACK_TLS=true make up serves with them
 	@$(PY) -m inferline_stack.certs .run/certs

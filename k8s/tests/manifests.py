@@ -65,6 +65,11 @@ COMPONENT_NEEDS: dict[str, tuple[str, ...]] = {
     "in-process": (),
     # mTLS behind Envoy: to the in-pod placement's GPU pods (their preprocess), so after it.
     "mtls": ("in-pod",),
+    # The models from an object store or a volume (one or the other: both replace the models
+    # image's copy), and TensorRT's engines on a volume. After preflight where both are listed.
+    "model-store": (),
+    "model-store-pvc": (),
+    "tensorrt-cache": (),
 }
 # Where images are decoded: a component each; without one, the base's remote placement (a
 # preprocess pool). in-pod is the overlays' default.
@@ -75,9 +80,12 @@ DEFAULT_PLACEMENT = "in-pod"
 ALL_BUT_PLACEMENTS = (
     "gpu", "gpu-sharing", "preflight", "gpu-mig", "monitoring", "dcgm-exporter",
     "nvidia-runtime-class", "gke", "autoscaling", "prometheus-adapter", "network-policies",
-    "pod-disruption-budgets", "monitoring-operator", "tls", "auth", "edge",
+    "pod-disruption-budgets", "monitoring-operator", "tls", "auth", "edge", "model-store",
+    "tensorrt-cache",
 )  # fmt: skip
 AFTER_PLACEMENT = ("mtls",)  # components that change what the default placement made
+# Components that do another way what one in `everything` does: rendered on their own only.
+ALTERNATIVES = ("model-store-pvc",)  # the models on a volume, not in an object store
 EVERYTHING = (*ALL_BUT_PLACEMENTS, DEFAULT_PLACEMENT, *AFTER_PLACEMENT)
 # The everything render in each placement: target name -> its components.
 EVERYTHING_BY_PLACEMENT = {

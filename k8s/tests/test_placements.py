@@ -156,7 +156,9 @@ def run_triton_start(triton: Container, tmp_path: Path, name: str) -> tuple[list
     stand_in.chmod(0o755)
     token_file = folder / "shm" / "triton-access-token"
     token_file.parent.mkdir()
-    env = {**triton.env(), "INFERLINE_TRITON_TOKEN_FILE": str(token_file)}
+    # Its literal values (a ConfigMap's, as components/model-store's, are the kubelet's to read).
+    literal = {k: v for k, v in triton.env().items() if isinstance(v, str)}
+    env = {**literal, "INFERLINE_TRITON_TOKEN_FILE": str(token_file)}
     env["PATH"] = f"{folder / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"
     result = subprocess.run(
         triton.spec["args"], env=env, capture_output=True, text=True, timeout=30, check=False

@@ -20,6 +20,7 @@ import yaml
 from k8s.tests.manifests import (
     AFTER_PLACEMENT,
     ALL_BUT_PLACEMENTS,
+    ALTERNATIVES,
     COMPONENT_NEEDS,
     EVERYTHING,
     K8S,
@@ -51,7 +52,8 @@ def test_every_component_is_covered() -> None:
     """A new component must be added to COMPONENT_NEEDS (and so to these tests)."""
     folders = {p.name for p in (K8S / "components").iterdir() if p.is_dir()}
     assert folders == set(COMPONENT_NEEDS)
-    assert sorted((*ALL_BUT_PLACEMENTS, *PLACEMENTS, *AFTER_PLACEMENT)) == sorted(COMPONENT_NEEDS)
+    everything_or_alternative = (*ALL_BUT_PLACEMENTS, *PLACEMENTS, *AFTER_PLACEMENT, *ALTERNATIVES)
+    assert sorted(everything_or_alternative) == sorted(COMPONENT_NEEDS)
     placement = len(EVERYTHING) - len(AFTER_PLACEMENT) - 1
     assert EVERYTHING[placement] in PLACEMENTS
     assert not set(EVERYTHING) - {EVERYTHING[placement]} & set(PLACEMENTS)

@@ -36,7 +36,8 @@ from inferline_models.repository import (
 # Bump when the exported graph, config or layout changes: it invalidates every stamp.
 # 2: the TensorRT accelerator for GPU instances in config.pbtxt
 # 3: the plain network wrapped by the importer; the model card (inferline.json)
-EXPORT_VERSION = 3
+# 4: TensorRT's caches under /var/cache/tensorrt (a volume of the Triton pod's), not /tmp
+EXPORT_VERSION = 4
 OPSET = 18
 MAX_ABS_DIFF = 1e-4
 STAMP_FILE = "inferline-export.json"

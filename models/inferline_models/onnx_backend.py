@@ -46,8 +46,8 @@ EXECUTION_PROVIDERS: dict[Provider, tuple[str, ...]] = {
 TENSORRT_CACHE = Path(tempfile.gettempdir()) / "inferline-tensorrt"
 
 # config.pbtxt's TensorRT parameters (Triton's ONNX Runtime backend's names) -> ONNX Runtime's
-# provider options. The paths are not mirrored: the official image caches under /tmp, a local
-# process under TENSORRT_CACHE.
+# provider options. The paths are not mirrored: the official image caches under
+# /var/cache/tensorrt (a volume of the Triton pod's), a local process under TENSORRT_CACHE.
 _TRITON_TO_ORT = {
     "precision_mode": "trt_fp16_enable",
     "max_workspace_size_bytes": "trt_max_workspace_size",

@@ -42,7 +42,7 @@ output [
 dynamic_batching {{ max_queue_delay_microseconds: {delay} }}
 # GPU instances (Kubernetes: the official Triton image) run the graph with ONNX Runtime's
 # TensorRT execution provider: FP16, one engine for every batch size 1..{max_batch_size}, engines
-# cached under /tmp (the pod's only writable directory). CPU instances ignore this block.
+# cached under {cache} (a volume of the Triton pod's). CPU instances ignore this block.
 optimization {{ execution_accelerators {{
   gpu_execution_accelerator: [ {{
     name: "{accelerator}"
@@ -55,7 +55,8 @@ optimization {{ execution_accelerators {{
 # it refuses a model whose config has a key it does not know.
 TENSORRT_ACCELERATOR = "tensorrt"
 TENSORRT_WORKSPACE_BYTES = 1 << 30
-TENSORRT_CACHE_PATH = "/tmp"
+# The Triton pod's volume for them (k8s/base/triton.yaml; components/tensorrt-cache keeps it).
+TENSORRT_CACHE_PATH = "/var/cache/tensorrt"
 
 
 def tensorrt_parameters(
@@ -132,6 +133,7 @@ def render_config(
         labels=LABELS_FILE,
         delay=max_queue_delay_us,
         accelerator=TENSORRT_ACCELERATOR,
+        cache=TENSORRT_CACHE_PATH,
         trt_parameters="\n".join(
             f'    parameters {{ key: "{key}" value: "{value}" }}'
             for key, value in tensorrt_parameters(max_batch_size, size).items()
