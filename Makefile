@@ -87,19 +87,20 @@ TAG ?=
 PUSH ?=
 IMAGES ?=
 OVERLAY ?= gpu
+NAMESPACE ?= inferline
 
 images: model ## build every image with docker or podman: REGISTRY=… TAG=… [PUSH=1] [IMAGES="eds batcher"]
 	@test -n "$(REGISTRY)" && test -n "$(TAG)" || { echo "usage: make images REGISTRY=registry.example.com/team TAG=v1 [PUSH=1] [IMAGES=\"eds batcher\"]" >&2; exit 2; }
 	$(PY) -m tools.images --registry $(REGISTRY) --tag $(TAG) $(if $(filter 1 true yes,$(PUSH)),--push) $(IMAGES)
 
-deploy: setup ## apply k8s/overlays/$(OVERLAY) (gpu|cpu) with the images of REGISTRY=… TAG=… (kubectl's context)
-	$(PY) -m tools.cluster deploy --overlay $(OVERLAY) --registry "$(REGISTRY)" --tag "$(TAG)"
+deploy: setup ## apply k8s/overlays/$(OVERLAY) (gpu|cpu) with the images of REGISTRY=… TAG=… (kubectl's context) in NAMESPACE=… (inferline)
+	$(PY) -m tools.cluster deploy --overlay $(OVERLAY) --registry "$(REGISTRY)" --tag "$(TAG)" --namespace "$(NAMESPACE)"
 
 undeploy: setup ## delete what `make deploy` applied (OVERLAY=gpu|cpu)
-	$(PY) -m tools.cluster undeploy --overlay $(OVERLAY)
+	$(PY) -m tools.cluster undeploy --overlay $(OVERLAY) --namespace "$(NAMESPACE)"
 
 verify-cluster: setup ## prove a deployment: rollouts, Envoy holds every Triton pod, demo client, Triton 1 -> 2
-	$(PY) -m tools.cluster verify
+	$(PY) -m tools.cluster verify --namespace "$(NAMESPACE)"
 
 CHECKOV_STAMP := .venv-checkov/.installed
 

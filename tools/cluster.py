@@ -4,10 +4,14 @@
     python -m tools.cluster deploy --overlay cpu --registry REG --tag TAG --dry-run   # print it
     python -m tools.cluster undeploy --overlay gpu
     python -m tools.cluster verify
+    python -m tools.cluster deploy --overlay gpu --namespace team-a …   # or any namespace
 
 ``deploy`` writes a kustomization of its own under ``build/deploy/<overlay>/`` that points at
 ``k8s/overlays/<overlay>`` and sets every image to ``<registry>/inferline-<name>:<tag>``, then
-applies ``kubectl kustomize`` of it.
+applies ``kubectl kustomize`` of it. In another namespace than ``inferline`` (``--namespace``,
+`make deploy NAMESPACE=…`) it is the two layers of k8s/README.md's "Another namespace": one with
+``namespace:`` over the overlay's ``pipeline/``, and the overlay's own components (one per
+cluster, with objects in other namespaces) above it. Every command takes the same namespace.
 
 ``verify`` proves the deployment end to end, in any placement: every Deployment of the overlay
 rolled out (the pipeline's first; a preprocess pool only where the placement has one); Envoy's
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import secrets
 import shutil
 import socket
@@ -43,7 +48,9 @@ from inferline_testing.ports import free_port
 from tools.images import IMAGES
 
 ROOT = Path(__file__).resolve().parents[1]
-NAMESPACE = "inferline"
+NAMESPACE = "inferline"  # the manifests' own (k8s/base); --namespace for another
+# A namespace's name: a DNS label (RFC 1123), as Kubernetes requires it.
+NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 OVERLAYS = ("gpu", "cpu")
 # The pipeline's Deployments in every placement, in the order they are waited for; preprocess
 # (a pool of its own only in the remote placement) and the rest (monitoring, the adapter) follow
@@ -65,16 +72,50 @@ class ClusterError(Exception):
     """A step failed; the message says what was expected and what was seen."""
 
 
-def kustomization(overlay: str, registry: str, tag: str) -> dict[str, Any]:
-    """The deploy-time kustomization: the overlay, with every image from ``registry``."""
+KUSTOMIZATION = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}
+
+
+def check_namespace(namespace: str) -> None:
+    if not NAMESPACE_NAME.fullmatch(namespace):
+        raise ClusterError(
+            f"namespace {namespace!r}: a DNS label (lower-case letters, digits and '-', at most "
+            "63, starting and ending with a letter or digit)"
+        )
+
+
+def overlay_components(overlay: str) -> list[str]:
+    """The components ``k8s/overlays/<overlay>`` lists above its ``pipeline/``, as paths from
+    ``k8s/``."""
+    folder = ROOT / "k8s" / "overlays" / overlay
+    made = yaml.safe_load((folder / "kustomization.yaml").read_text("utf-8"))
+    extra = set(made) - {*KUSTOMIZATION, "resources", "components"}
+    if made.get("resources") != ["pipeline"] or extra:
+        raise ClusterError(f"k8s/overlays/{overlay}: expected its pipeline/ and components only")
+    return [
+        (folder / path).resolve().relative_to(ROOT / "k8s").as_posix()
+        for path in made.get("components", [])
+    ]
+
+
+def kustomization(
+    overlay: str, registry: str, tag: str, namespace: str = NAMESPACE
+) -> dict[str, Any]:
+    """The deploy-time kustomization: the overlay, with every image from ``registry``; in another
+    namespace, its pipeline in that namespace (:func:`pipeline_kustomization`, in ``pipeline/``)
+    and the overlay's components above it."""
     if overlay not in OVERLAYS:
         raise ClusterError(f"unknown overlay {overlay!r}: one of {', '.join(OVERLAYS)}")
     if not registry or not tag:
         raise ClusterError("REGISTRY and TAG are needed: where `make images` pushed the images")
+    check_namespace(namespace)
+    if namespace == NAMESPACE:
+        layout: dict[str, Any] = {"resources": [f"../../../k8s/overlays/{overlay}"]}
+    else:
+        components = [f"../../../k8s/{path}" for path in overlay_components(overlay)]
+        layout = {"resources": ["pipeline"], "components": components}
     return {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": [f"../../../k8s/overlays/{overlay}"],
+        **KUSTOMIZATION,
+        **layout,
         "images": [  # k8s/CONTRACT.md: inferline/<name> is pushed as <registry>/inferline-<name>
             {
                 "name": f"inferline/{image.name}",
@@ -86,12 +127,27 @@ def kustomization(overlay: str, registry: str, tag: str) -> dict[str, Any]:
     }
 
 
-def write_kustomization(overlay: str, registry: str, tag: str) -> Path:
+def pipeline_kustomization(overlay: str, namespace: str) -> dict[str, Any]:
+    """``build/deploy/<overlay>/pipeline/``: the overlay's pipeline in ``namespace``."""
+    return {
+        **KUSTOMIZATION,
+        "namespace": namespace,
+        "resources": [f"../../../../k8s/overlays/{overlay}/pipeline"],
+    }
+
+
+def write_kustomization(overlay: str, registry: str, tag: str, namespace: str = NAMESPACE) -> Path:
     folder = ROOT / "build" / "deploy" / overlay
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "kustomization.yaml"
+    made = kustomization(overlay, registry, tag, namespace)
     header = "# Written by `make deploy` (tools/cluster.py); regenerated every time.\n"
-    path.write_text(header + yaml.safe_dump(kustomization(overlay, registry, tag)), "utf-8")
+    pipeline = folder / "pipeline"
+    shutil.rmtree(pipeline, ignore_errors=True)
+    if made["resources"] == ["pipeline"]:
+        pipeline.mkdir(parents=True)
+        text = yaml.safe_dump(pipeline_kustomization(overlay, namespace))
+        (pipeline / "kustomization.yaml").write_text(header + text, "utf-8")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "kustomization.yaml").write_text(header + yaml.safe_dump(made), "utf-8")
     return folder
 
 
@@ -108,22 +164,24 @@ def kubectl(*args: str, input_text: str | None = None, check: bool = True) -> st
     return result.stdout
 
 
-def render(overlay: str, registry: str, tag: str) -> str:
-    folder = write_kustomization(overlay, registry, tag)
+def render(overlay: str, registry: str, tag: str, namespace: str = NAMESPACE) -> str:
+    folder = write_kustomization(overlay, registry, tag, namespace)
     return kubectl("kustomize", str(folder))
 
 
-def deploy(overlay: str, registry: str, tag: str, dry_run: bool) -> None:
-    manifests = render(overlay, registry, tag)
+def deploy(
+    overlay: str, registry: str, tag: str, dry_run: bool, namespace: str = NAMESPACE
+) -> None:
+    manifests = render(overlay, registry, tag, namespace)
     if dry_run:
         sys.stdout.write(manifests)
         return
     objects = [o for o in yaml.safe_load_all(manifests) if o]
     refuse_taken_apis(objects)
-    step(f"applying overlay {overlay!r} ({len(objects)} objects)")
+    step(f"applying overlay {overlay!r} in namespace {namespace} ({len(objects)} objects)")
     sys.stdout.write(kubectl(*APPLY, "-f", "-", input_text=manifests))
     if any(o["kind"] == "Deployment" and o["metadata"]["name"] == "grafana" for o in objects):
-        step(ensure_grafana_admin())
+        step(ensure_grafana_admin(namespace))
     step("applied: `make verify-cluster` proves it works")
 
 
@@ -151,25 +209,34 @@ def refuse_taken_apis(objects: Sequence[Mapping[str, Any]]) -> None:
 GRAFANA_ADMIN = "grafana-admin"
 
 
-def ensure_grafana_admin() -> str:
+def ensure_grafana_admin(namespace: str = NAMESPACE) -> str:
     """Secret grafana-admin, Grafana's admin password: generated once, kept after (a password
     of your own, put there first, is kept too). What was done, in a line."""
-    found = kubectl("-n", NAMESPACE, "get", "secret", GRAFANA_ADMIN, "--ignore-not-found",
+    found = kubectl("-n", namespace, "get", "secret", GRAFANA_ADMIN, "--ignore-not-found",
                     "-o", "name")  # fmt: skip
     read = (
-        f"kubectl -n {NAMESPACE} get secret {GRAFANA_ADMIN} -o jsonpath='{{.data.password}}' "
+        f"kubectl -n {namespace} get secret {GRAFANA_ADMIN} -o jsonpath='{{.data.password}}' "
         "| base64 -d"
     )
     if found.strip():
         return f"Grafana's admin password: Secret {GRAFANA_ADMIN}, kept (read it: {read})"
     password = secrets.token_urlsafe(24)
-    kubectl("-n", NAMESPACE, "create", "secret", "generic", GRAFANA_ADMIN,
+    kubectl("-n", namespace, "create", "secret", "generic", GRAFANA_ADMIN,
             f"--from-literal=password={password}")  # fmt: skip
     return f"Grafana's admin password: generated into Secret {GRAFANA_ADMIN} (read it: {read})"
 
 
-def undeploy(overlay: str) -> None:
-    manifests = render(overlay, "unused.example", "unused")
+def undeploy(overlay: str, namespace: str = NAMESPACE) -> None:
+    """Delete what deploy applied; in another namespace than ``inferline``, all but that
+    namespace itself (it may hold more than the pipeline)."""
+    manifests = render(overlay, "unused.example", "unused", namespace)
+    if namespace != NAMESPACE:
+        objects = [
+            o for o in yaml.safe_load_all(manifests)
+            if o and (o["kind"], o["metadata"]["name"]) != ("Namespace", namespace)
+        ]  # fmt: skip
+        manifests = yaml.safe_dump_all(objects)
+        step(f"namespace {namespace} is kept: delete it yourself where only inferline was there")
     sys.stdout.write(kubectl("delete", "--ignore-not-found", "-f", "-", input_text=manifests))
 
 
@@ -202,10 +269,10 @@ def triton_hosts(clusters: Mapping[str, Any]) -> dict[str, int]:
 
 
 @contextlib.contextmanager
-def port_forward(target: str, remote: int) -> Iterator[int]:
+def port_forward(target: str, remote: int, namespace: str = NAMESPACE) -> Iterator[int]:
     """``kubectl port-forward`` to ``target``'s ``remote`` port; yields the local port."""
     local = free_port()
-    args = ["kubectl", "-n", NAMESPACE, "port-forward", target, f"{local}:{remote}"]
+    args = ["kubectl", "-n", namespace, "port-forward", target, f"{local}:{remote}"]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait(lambda: connectable(local) or proc.poll() is not None, f"port-forward to {target}")
@@ -237,10 +304,10 @@ def admin_clusters(port: int) -> dict[str, Any]:
         return dict(json.load(r))
 
 
-def triton_pods() -> dict[str, str]:
+def triton_pods(namespace: str = NAMESPACE) -> dict[str, str]:
     selector = "app.kubernetes.io/name=triton"
     return pod_ips(
-        json.loads(kubectl("-n", NAMESPACE, "get", "pods", "-l", selector, "-o", "json"))
+        json.loads(kubectl("-n", namespace, "get", "pods", "-l", selector, "-o", "json"))
     )
 
 
@@ -256,67 +323,68 @@ def demo(port: int, count: int) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def triton_scaled(replicas: int) -> Iterator[None]:
+def triton_scaled(replicas: int, namespace: str = NAMESPACE) -> Iterator[None]:
     """Triton at ``replicas`` ready pods for the block, then set back as it was, also when the
     block fails: with the autoscaling component its HPA's floor is raised (it would scale a
     manual change back down), else the Deployment is scaled."""
-    hpa = kubectl("-n", NAMESPACE, "get", "hpa", "triton", "--ignore-not-found", "-o", "name")
+    hpa = kubectl("-n", namespace, "get", "hpa", "triton", "--ignore-not-found", "-o", "name")
     if hpa.strip():
         field, what = "{.spec.minReplicas}", "HorizontalPodAutoscaler triton: minReplicas"
-        before = int(kubectl("-n", NAMESPACE, "get", "hpa", "triton", "-o", f"jsonpath={field}"))
+        before = int(kubectl("-n", namespace, "get", "hpa", "triton", "-o", f"jsonpath={field}"))
 
         def set_to(count: int) -> None:
             patch = json.dumps({"spec": {"minReplicas": count}})
-            kubectl("-n", NAMESPACE, "patch", "hpa", "triton", "--type", "merge", "-p", patch)
+            kubectl("-n", namespace, "patch", "hpa", "triton", "--type", "merge", "-p", patch)
     else:
         field, what = "{.spec.replicas}", "Deployment triton: replicas"
         before = int(
-            kubectl("-n", NAMESPACE, "get", "deployment", "triton", "-o", f"jsonpath={field}")
+            kubectl("-n", namespace, "get", "deployment", "triton", "-o", f"jsonpath={field}")
         )
 
         def set_to(count: int) -> None:
-            kubectl("-n", NAMESPACE, "scale", "deployment/triton", f"--replicas={count}")
+            kubectl("-n", namespace, "scale", "deployment/triton", f"--replicas={count}")
 
     set_to(replicas)
     step(f"{what} {before} → {replicas}")
     try:
-        wait(lambda: len(triton_pods()) >= replicas, f"{replicas} ready Triton pods", 600.0)
+        ready = f"{replicas} ready Triton pods"
+        wait(lambda: len(triton_pods(namespace)) >= replicas, ready, 600.0)
         yield
     finally:
         set_to(before)
         step(f"{what} back to {before}")
 
 
-def rollout_order(found: Sequence[str]) -> list[str]:
+def rollout_order(found: Sequence[str], namespace: str = NAMESPACE) -> list[str]:
     """The Deployments to wait for: the pipeline's first (each must be there), then the others
     the overlay made (preprocess in the remote placement, monitoring, …) by name."""
     missing = [name for name in DEPLOYMENTS if name not in found]
     if missing:
         raise ClusterError(
-            f"no deployment {', '.join(missing)} in namespace {NAMESPACE} (found: "
+            f"no deployment {', '.join(missing)} in namespace {namespace} (found: "
             f"{', '.join(sorted(found)) or 'none'}): `make deploy` first"
         )
     return [*DEPLOYMENTS, *sorted(set(found) - set(DEPLOYMENTS))]
 
 
-def deployments() -> list[str]:
+def deployments(namespace: str = NAMESPACE) -> list[str]:
     """The names of inferline's Deployments in the namespace."""
-    listed = kubectl("-n", NAMESPACE, "get", "deployments", "-l",
+    listed = kubectl("-n", namespace, "get", "deployments", "-l",
                      "app.kubernetes.io/part-of=inferline", "-o", "name")  # fmt: skip
     return [line.split("/", 1)[-1] for line in listed.split()]
 
 
-def verify(requests: int) -> None:
+def verify(requests: int, namespace: str = NAMESPACE) -> None:
     start = time.monotonic()
-    for name in rollout_order(deployments()):
+    for name in rollout_order(deployments(namespace), namespace):
         step(f"rollout of deployment/{name} …")
-        kubectl("-n", NAMESPACE, "rollout", "status", f"deployment/{name}",
+        kubectl("-n", namespace, "rollout", "status", f"deployment/{name}",
                 f"--timeout={ROLLOUT_TIMEOUT_S}s")  # fmt: skip
     with (
-        port_forward("deployment/envoy", ADMIN_PORT) as admin,
-        port_forward("service/envoy", PUBLIC_PORT) as public,
+        port_forward("deployment/envoy", ADMIN_PORT, namespace) as admin,
+        port_forward("service/envoy", PUBLIC_PORT, namespace) as public,
     ):
-        pods = triton_pods()
+        pods = triton_pods(namespace)
         step(f"Triton pods: {pods}; waiting until Envoy's triton cluster holds exactly them")
         wait(
             lambda: set(triton_hosts(admin_clusters(admin))) == set(pods.values()),
@@ -328,8 +396,8 @@ def verify(requests: int) -> None:
         if errors:
             raise ClusterError(f"the demo client saw errors: {summary.get('errors_by_code')}")
         step(f"scaling Triton {len(pods)} → {len(pods) + 1}")
-        with triton_scaled(len(pods) + 1):
-            new = set(triton_pods().values()) - set(pods.values())
+        with triton_scaled(len(pods) + 1, namespace):
+            new = set(triton_pods(namespace).values()) - set(pods.values())
             if not new:
                 raise ClusterError("Triton scaled up but no new ready pod IP")
             step(f"new Triton pod {sorted(new)}: waiting until Envoy has it, then sends it work")
@@ -349,23 +417,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in ("deploy", "undeploy"):
-        one = sub.add_parser(command)
+    commands = {name: sub.add_parser(name) for name in ("deploy", "undeploy", "verify")}
+    for command, one in commands.items():
+        one.add_argument("--namespace", default=NAMESPACE, help="the pipeline's namespace")
+        if command == "verify":
+            continue
         one.add_argument("--overlay", choices=OVERLAYS, default="gpu")
         if command == "deploy":
             one.add_argument("--registry", default="")
             one.add_argument("--tag", default="")
             one.add_argument("--dry-run", action="store_true", help="print, apply nothing")
-    check = sub.add_parser("verify")
+    check = commands["verify"]
     check.add_argument("--requests", type=int, default=400, help="demo client requests per run")
     args = parser.parse_args(argv)
     try:
+        check_namespace(args.namespace)
         if args.command == "deploy":
-            deploy(args.overlay, args.registry, args.tag, args.dry_run)
+            deploy(args.overlay, args.registry, args.tag, args.dry_run, args.namespace)
         elif args.command == "undeploy":
-            undeploy(args.overlay)
+            undeploy(args.overlay, args.namespace)
         else:
-            verify(args.requests)
+            verify(args.requests, args.namespace)
     except ClusterError as exc:
         sys.stderr.write(f"{args.command}: {exc}\n")
         return 1

@@ -230,7 +230,10 @@ def test_no_preprocess_pool_and_middleman_sends_encoded_images(target: str) -> N
 
 
 def overlay_components(overlay: str) -> list[str]:
-    kustomization = yaml.safe_load((K8S / "overlays" / overlay / "kustomization.yaml").read_text())
+    """The components of the overlay's pipeline/ (its per-cluster ones, above it, patch no
+    preprocess: k8s/tests/test_namespace.py)."""
+    path = K8S / "overlays" / overlay / "pipeline" / "kustomization.yaml"
+    kustomization = yaml.safe_load(path.read_text())
     return [Path(c).name for c in kustomization["components"]]
 
 

@@ -53,6 +53,62 @@ def test_the_deploy_kustomization_names_every_image() -> None:
         cluster.kustomization("tpu", "r", "t")
     with pytest.raises(cluster.ClusterError, match="REGISTRY and TAG"):
         cluster.kustomization("gpu", "", "t")
+    with pytest.raises(cluster.ClusterError, match="a DNS label"):
+        cluster.kustomization("gpu", "r", "t", "Team_A")
+
+
+def test_another_namespace_is_the_pipeline_under_it_and_the_per_cluster_components_above() -> None:
+    """k8s/README.md, Another namespace: `namespace:` over the overlay's pipeline/, the overlay's
+    own components (one per cluster) above it."""
+    made = cluster.kustomization("gpu", "reg.example/team/", "v7", "team-a")
+    assert made["resources"] == ["pipeline"]
+    assert made["components"] == [
+        "../../../k8s/components/dcgm-exporter",
+        "../../../k8s/components/prometheus-adapter",
+    ]
+    assert cluster.pipeline_kustomization("gpu", "team-a")["namespace"] == "team-a"
+    assert cluster.pipeline_kustomization("gpu", "team-a")["resources"] == [
+        "../../../../k8s/overlays/gpu/pipeline"
+    ]
+
+
+@pytest.mark.parametrize("overlay", cluster.OVERLAYS)
+def test_deploy_renders_the_overlay_in_another_namespace(overlay: str) -> None:
+    tool("kubectl", "install kubectl 1.32 (it carries kustomize v5.5)")
+    rendered = cluster.render(overlay, "reg.example/team/", "v7", "team-a")
+    objects = [o for o in yaml.safe_load_all(rendered) if o]
+    where = {o["metadata"].get("namespace") for o in objects} - {None}
+    assert where == {"team-a", "kube-system", *(["inferline-dcgm"] if overlay == "gpu" else [])}
+    adapter = [o for o in objects if o["kind"] == "APIService"]
+    assert adapter and all(o["spec"]["service"]["namespace"] == "team-a" for o in adapter)
+    # the default namespace again: the overlay as it is, no pipeline/ left from the last deploy
+    default = cluster.render(overlay, "reg.example/team/", "v7")
+    assert {o["metadata"].get("namespace") for o in yaml.safe_load_all(default) if o} >= {
+        "inferline"
+    }
+    assert not (cluster.ROOT / "build" / "deploy" / overlay / "pipeline").exists()
+
+
+@pytest.mark.parametrize(("namespace", "deleted"), [("inferline", True), ("team-a", False)])
+def test_undeploy_keeps_a_namespace_of_your_own(
+    monkeypatch: pytest.MonkeyPatch, namespace: str, deleted: bool
+) -> None:
+    """The pipeline's own namespace goes with it; another (a team's) may hold more: kept."""
+    tool("kubectl", "install kubectl 1.32 (it carries kustomize v5.5)")
+    real, given = cluster.kubectl, list[dict[str, Any]]()
+
+    def kubectl(*args: str, input_text: str | None = None, check: bool = True) -> str:
+        if args[0] == "kustomize":
+            return str(real(*args, input_text=input_text, check=check))
+        assert args[0] == "delete"
+        given.extend(o for o in yaml.safe_load_all(input_text or "") if o)
+        return ""
+
+    monkeypatch.setattr(cluster, "kubectl", kubectl)
+    cluster.undeploy("cpu", namespace)
+    spaces = {o["metadata"]["name"] for o in given if o["kind"] == "Namespace"}
+    assert (namespace in spaces) is deleted
+    assert {o["metadata"].get("namespace") for o in given} - {None} == {namespace, "kube-system"}
 
 
 def pod(name: str, ip: str, phase: str = "Running", ready: str = "True") -> dict[str, Any]:
@@ -214,7 +270,7 @@ def test_deploy_then_verify_then_deploy_again_applies_cleanly(
     api = ServerSideApply(cluster.kubectl)
     monkeypatch.setattr(cluster, "kubectl", api)
     # As many ready Triton pods as the HPA's floor asks for (the cluster scales to it).
-    monkeypatch.setattr(cluster, "triton_pods", lambda: {
+    monkeypatch.setattr(cluster, "triton_pods", lambda namespace: {
         f"triton-{i}": f"10.0.0.{i}" for i in range(api.fields["hpa/triton minReplicas"][0])
     })  # fmt: skip
     cluster.deploy("gpu", "reg.example/", "v1", dry_run=False)
@@ -237,7 +293,7 @@ def test_without_an_hpa_the_deployment_is_scaled_and_set_back(
 ) -> None:
     api = ServerSideApply(cluster.kubectl, hpa=False)
     monkeypatch.setattr(cluster, "kubectl", api)
-    monkeypatch.setattr(cluster, "triton_pods", lambda: {
+    monkeypatch.setattr(cluster, "triton_pods", lambda namespace: {
         f"triton-{i}": f"10.0.0.{i}" for i in range(api.fields["deployment/triton replicas"][0])
     })  # fmt: skip
     with cluster.triton_scaled(2):
