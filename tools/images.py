@@ -8,24 +8,34 @@ after it is built. The engine is docker or podman, whichever is installed and an
 ``--engine`` picks one. The models image packs build/model_repository: ``make model`` first.
 Labels: the OCI source (``git remote get-url origin``, or ``--source``), version (the tag) and
 revision (the commit). ``--dry-run`` prints the commands without an engine.
+
+A base image that is neither here nor pullable gets a stand-in made from Debian's and PyPI's
+packages under its name (:mod:`tools.containers.standins`; ``--no-stand-ins`` fails instead);
+an image built on a stand-in is never pushed. Behind a TLS-inspecting proxy, pip inside the
+builds trusts the CA bundle pip here trusts (with podman: :mod:`tools.containers.engine`).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import re
 import shlex
-import shutil
 import stat
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
+from tools.containers import standins
+from tools.containers.engine import ENGINES, Engine, EngineError, find_engine, pip_trust_mounts
+from tools.containers.standins import stand_in_of
+
 ROOT = Path(__file__).resolve().parents[1]
+TAIL_LINES = 40
 MODEL_REPOSITORY = Path("build/model_repository")
-ENGINES = ("docker", "podman")
 # Docker's grammar for a tag, and a loose one for a registry/namespace prefix (no scheme, no tag).
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _REGISTRY = re.compile(r"[a-z0-9]([a-z0-9._:-]*[a-z0-9])?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*")
@@ -105,13 +115,15 @@ def plan(
     source: str = "",
     revision: str = "",
     platform: str | None = None,
+    build_args: Sequence[str] = (),
 ) -> list[Step]:
-    """The commands that build (and push) ``images``; pure, no engine needed."""
+    """The commands that build (and push) ``images``; pure, no engine needed. ``build_args``
+    go to every build (the pip trust mounts)."""
     check_names(registry, tag)
     steps = []
     for image in images:
         ref = reference(registry, image, tag)
-        argv = [engine, "build", "-f", image.dockerfile]
+        argv = [engine, "build", *build_args, "-f", image.dockerfile]
         if image.target:
             argv += ["--target", image.target]
         if platform:
@@ -123,40 +135,6 @@ def plan(
         argv.append(".")
         steps.append(Step(image, ref, tuple(argv), (engine, "push", ref) if push else None))
     return steps
-
-
-Runner = Callable[..., "subprocess.CompletedProcess[str]"]
-
-
-def find_engine(
-    wanted: str | None = None,
-    which: Callable[[str], str | None] = shutil.which,
-    run: Runner = subprocess.run,
-) -> str:
-    """docker or podman, whichever is installed and answers ``info``; ImagesError if none."""
-    candidates = [wanted] if wanted else list(ENGINES)
-    installed = [c for c in candidates if which(c)]
-    if not installed:
-        raise ImagesError(
-            f"make images needs {' or '.join(candidates)}, and none is installed; install one "
-            "(or build the Dockerfiles listed in k8s/CONTRACT.md with another builder)"
-        )
-    reasons = []
-    for engine in installed:
-        try:
-            answer = run([engine, "info"], capture_output=True, text=True, timeout=30, check=False)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            reasons.append(f"{engine} info: {e}")
-            continue
-        if answer.returncode == 0:
-            return engine
-        said = (answer.stderr or answer.stdout).strip().splitlines()
-        reasons.append(f"{engine} info exits {answer.returncode}: {said[-1] if said else ''}")
-    raise ImagesError(
-        f"{' and '.join(installed)} {'is' if len(installed) == 1 else 'are'} installed, but no "
-        f"engine answers ({'; '.join(reasons)}): "
-        "start the daemon (or podman's machine/socket) and run make images again"
-    )
 
 
 def check_model_repository(root: Path = ROOT) -> None:
@@ -190,25 +168,94 @@ def git(*args: str) -> str:
     return result.stdout.strip() if result.returncode == 0 else ""
 
 
-def execute(steps: Sequence[Step], run: Runner = subprocess.run) -> None:
+def stream(argv: Sequence[str], engine: Engine) -> tuple[int, list[str]]:
+    """Run ``argv``, its output passed through as it comes; its exit code and last lines."""
+    with subprocess.Popen(
+        list(argv),
+        cwd=ROOT,
+        env=engine.environ(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+    ) as process:
+        assert process.stdout is not None
+        tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        for line in process.stdout:
+            sys.stdout.write(line)
+            tail.append(line.rstrip("\n"))
+    return process.returncode, list(tail)
+
+
+def failed_step(lines: Sequence[str]) -> str:
+    """The build step an engine's output says failed (podman: "building at STEP …"; BuildKit:
+    "ERROR … [stage N/M] RUN …"), or its last line."""
+    for line in reversed(lines):
+        if "building at STEP" in line or re.search(r"ERROR.*\[.*\]", line):
+            return line.strip()
+    return lines[-1].strip() if lines else ""
+
+
+def execute(steps: Sequence[Step], engine: Engine) -> None:
     """Run each build (and push), printing progress; the engine's output streams through."""
     total = len(steps)
     for number, step in enumerate(steps, 1):
         target = f" --target {step.image.target}" if step.image.target else ""
         print(f"[{number}/{total}] building {step.reference} ({step.image.dockerfile}{target})")
         sys.stdout.flush()
-        for argv in (step.build, step.push):
-            if argv is None:
-                continue
-            if argv[1] == "push":
-                print(f"[{number}/{total}] pushing {step.reference}", flush=True)
-            result = run(list(argv), cwd=ROOT, check=False)
-            if result.returncode != 0:
-                raise ImagesError(
-                    f"{shlex.join(argv)} failed (exit {result.returncode}); its output is above"
-                )
+        started = time.monotonic()
+        code, tail = stream(step.build, engine)
+        if code != 0:
+            raise ImagesError(
+                f"image {step.image.name} ({step.image.dockerfile}{target}) failed to build "
+                f"(exit {code}): {failed_step(tail)}"
+            )
+        print(f"[{number}/{total}] built {step.reference} in {time.monotonic() - started:.0f} s")
+        if step.push is None:
+            continue
+        if base := stand_in_of(engine, step.reference):
+            raise ImagesError(
+                f"{step.reference} is built on a stand-in for {base} (made here because it "
+                "could not be pulled): it is never pushed; build where the base can be pulled"
+            )
+        print(f"[{number}/{total}] pushing {step.reference}", flush=True)
+        code, tail = stream(step.push, engine)
+        if code != 0:
+            raise ImagesError(f"pushing {step.reference} failed (exit {code}): {failed_step(tail)}")
     pushed = " and pushed" if steps and steps[0].push else ""
     print(f"built{pushed} {total} image{'s' if total != 1 else ''}")
+
+
+def build(
+    engine: Engine,
+    registry: str,
+    tag: str,
+    images: Sequence[Image] = IMAGES,
+    push: bool = False,
+    stand_ins: bool = True,
+    platform: str | None = None,
+    source: str | None = None,
+) -> list[Step]:
+    """Build (and push) ``images`` with ``engine``: their bases first (pulled, or stand-ins)."""
+    if any(i.name == "models" for i in images):
+        check_model_repository()
+    dockerfiles = [ROOT / d for d in dict.fromkeys(i.dockerfile for i in images)]
+    if stand_ins and (made := standins.ensure(engine, standins.bases(dockerfiles))):
+        print(f"{engine.name}: building on stand-ins for {', '.join(made)} (never pushed)")
+    steps = plan(
+        engine.name,
+        registry,
+        tag,
+        images=images,
+        push=push,
+        source=source if source is not None else git("remote", "get-url", "origin"),
+        revision=git("rev-parse", "HEAD"),
+        platform=platform,
+        build_args=pip_trust_mounts(engine),
+    )
+    print(f"{engine.name}: {len(steps)} images, context {ROOT}", flush=True)
+    execute(steps, engine)
+    return steps
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -225,33 +272,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--engine", choices=ENGINES, help="default: docker, else podman")
     parser.add_argument("--platform", help="e.g. linux/amd64 (default: the engine's)")
     parser.add_argument("--source", help="the OCI source label (default: git's origin URL)")
+    parser.add_argument(
+        "--no-stand-ins", action="store_true", help="fail on a base that cannot be pulled"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = parser.parse_args(argv)
     try:
         images = select(args.only)
         check_names(args.registry, args.tag)
-        if any(i.name == "models" for i in images):
-            check_model_repository()
-        engine = (args.engine or ENGINES[0]) if args.dry_run else find_engine(args.engine)
-        steps = plan(
-            engine,
-            args.registry,
-            args.tag,
-            images=images,
-            push=args.push,
-            source=args.source if args.source is not None else git("remote", "get-url", "origin"),
-            revision=git("rev-parse", "HEAD"),
-            platform=args.platform,
-        )
         if args.dry_run:
+            steps = plan(
+                args.engine or ENGINES[0],
+                args.registry,
+                args.tag,
+                images=images,
+                push=args.push,
+                source=args.source or "",
+                platform=args.platform,
+            )
             for step in steps:
                 print(shlex.join(step.build))
                 if step.push:
                     print(shlex.join(step.push))
             return 0
-        print(f"{engine}: {len(steps)} images, context {ROOT}", flush=True)
-        execute(steps)
-    except ImagesError as e:
+        engine = find_engine(args.engine)
+        build(
+            engine,
+            args.registry,
+            args.tag,
+            images,
+            push=args.push,
+            stand_ins=not args.no_stand_ins,
+            platform=args.platform,
+            source=args.source,
+        )
+    except (ImagesError, EngineError, standins.StandInError) as e:
         print(f"make images: {e}", file=sys.stderr)
         return 1
     return 0

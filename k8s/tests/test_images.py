@@ -30,6 +30,7 @@ import pytest
 
 from inferline_testing.tools import missing
 from tools import check_packages, images
+from tools.containers import engine as engines
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = ROOT / "k8s" / "CONTRACT.md"
@@ -619,9 +620,9 @@ def test_unknown_image_names_are_refused() -> None:
 
 
 def test_no_engine_fails_clearly() -> None:
-    with pytest.raises(images.ImagesError) as raised:
-        images.find_engine(which=lambda _: None)
-    assert str(raised.value).startswith("make images needs docker or podman, and none is installed")
+    with pytest.raises(engines.EngineError) as raised:
+        engines.find_engine(which=lambda _: None)
+    assert str(raised.value).startswith("this needs docker or podman, and none is installed")
 
 
 def test_an_engine_that_does_not_answer_fails_clearly() -> None:
@@ -629,12 +630,12 @@ def test_an_engine_that_does_not_answer_fails_clearly() -> None:
         code = 0 if argv[0] == "podman" else 1
         return subprocess.CompletedProcess(argv, code, "", "Cannot connect to the Docker daemon")
 
-    assert images.find_engine(which=lambda n: f"/usr/bin/{n}", run=run) == "podman"
-    with pytest.raises(images.ImagesError) as raised:
-        images.find_engine(which=lambda n: "/usr/bin/docker" if n == "docker" else None, run=run)
+    assert engines.find_engine(which=lambda n: f"/usr/bin/{n}", run=run).name == "podman"
+    with pytest.raises(engines.EngineError) as raised:
+        engines.find_engine(which=lambda n: "/usr/bin/docker" if n == "docker" else None, run=run)
     assert str(raised.value) == (
         "docker is installed, but no engine answers (docker info exits 1: Cannot connect to the "
-        "Docker daemon): start the daemon (or podman's machine/socket) and run make images again"
+        "Docker daemon): start the daemon (or podman's machine/socket) and try again"
     )
 
 
