@@ -658,3 +658,49 @@ def test_make_images_dry_run_prints_the_commands(capsys: pytest.CaptureFixture[s
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("docker build -f services/batcher/Dockerfile -t ")
     assert lines[1] == "docker push r.example.com/t/inferline-batcher:v1"
+
+
+# --- make images: a failed build names its step, and the pip trust mounts reach every build ------
+
+
+def test_failed_step_picks_podmans_building_at_step_line() -> None:
+    tail = [
+        "[2/2] STEP 4/9: RUN /opt/venv/bin/pip install -c constraints.txt ./common",
+        "ERROR: Could not find a version that satisfies the requirement grpcio[protobuf]",
+        'Error: building at STEP "RUN /opt/venv/bin/pip install ./common": while running '
+        "runtime: exit status 1",
+        "",
+    ]
+    assert images.failed_step(tail) == tail[2]
+
+
+def test_failed_step_picks_buildkits_error_line() -> None:
+    tail = [
+        " => [build 1/5] FROM docker.io/library/python:3.11.11-slim-bookworm        0.0s",
+        " => ERROR [build 2/5] RUN python -m venv /opt/venv                         0.4s",
+        "------",
+        " > [build 2/5] RUN python -m venv /opt/venv:",
+        "0.312 Error: Command '['/opt/venv/bin/python', '-m', 'ensurepip'] returned 1",
+        "------",
+        "process did not complete successfully: exit code: 1",
+    ]
+    assert images.failed_step(tail) == (
+        "=> ERROR [build 2/5] RUN python -m venv /opt/venv                         0.4s"
+    )
+
+
+def test_failed_step_is_the_last_line_when_no_step_is_named() -> None:
+    assert images.failed_step(["Step one", "  unauthorized: authentication required  "]) == (
+        "unauthorized: authentication required"
+    )
+    assert images.failed_step([]) == ""
+
+
+def test_the_build_plan_puts_build_args_right_after_build() -> None:
+    mounts = ["--volume", "/repo/build/containers/pip:/etc/xdg/pip:ro"]
+    steps = images.plan("podman", "localhost/inferline", "dev", build_args=mounts)
+    assert steps and len(steps) == len(IMAGES)
+    for step in steps:
+        assert step.build[:4] == ("podman", "build", *mounts)
+        assert step.build[4] == "-f" and step.build.count("--volume") == 1
+    assert images.plan("podman", "localhost/inferline", "dev")[0].build[2] == "-f"

@@ -18,8 +18,8 @@ from typing import Any
 Obj = Mapping[str, Any]
 
 WEIGHT_ANNOTATION = "inferline.io/weight"
-_CPU = re.compile(r"^([0-9.]+)(m?)$")
-_MEMORY = re.compile(r"^([0-9.]+(?:[eE][0-9]+)?)([EPTGMK]i?|[mk])?$")
+_CPU = re.compile(r"^([0-9]+\.?[0-9]*|\.[0-9]+)(m?)$")
+_MEMORY = re.compile(r"^((?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][0-9]+)?)([EPTGMK]i?|[mk])?$")
 _MEMORY_UNITS = {
     None: 1, "m": 1e-3, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
