@@ -37,7 +37,8 @@ from inferline_models.repository import (
 # 2: the TensorRT accelerator for GPU instances in config.pbtxt
 # 3: the plain network wrapped by the importer; the model card (inferline.json)
 # 4: TensorRT's caches under /var/cache/tensorrt (a volume of the Triton pod's), not /tmp
-EXPORT_VERSION = 4
+# 5: the input says its layout (format: FORMAT_NCHW), as Triton's image clients require
+EXPORT_VERSION = 5
 OPSET = 18
 MAX_ABS_DIFF = 1e-4
 STAMP_FILE = "inferline-export.json"

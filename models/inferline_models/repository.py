@@ -34,7 +34,7 @@ name: "{name}"
 platform: "onnxruntime_onnx"
 max_batch_size: {max_batch_size}
 input [
-  {{ name: "{input}", data_type: TYPE_UINT8, dims: [ 3, {size}, {size} ] }}
+  {{ name: "{input}", data_type: TYPE_UINT8, format: FORMAT_NCHW, dims: [ 3, {size}, {size} ] }}
 ]
 output [
   {{ name: "{output}", data_type: TYPE_FP32, dims: [ {classes} ], label_filename: "{labels}" }}
