@@ -21,7 +21,7 @@ FUZZ_SECONDS ?= 60
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup certs token model publish-models up down status scale demo demo-web grafana images deploy undeploy verify-cluster checkov test fuzz lint check-packages format docs dashboards k8s-files bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload bench-faults soak clean
+.PHONY: help setup certs token model publish-models up down status scale demo demo-web grafana images deploy undeploy verify-cluster checkov test test-containers fuzz lint check-packages format docs dashboards k8s-files bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload bench-faults soak clean
 
 help: ## list the targets
 	@echo "inferline — scale-out inference pipeline (see README.md)"
@@ -128,8 +128,11 @@ grafana: ## Grafana (official container) on :3000 with inferline's dashboards, r
 		$(GRAFANA_IMAGE)
 
 test: MODELS = efficientnet_lite0 efficientnet_lite2  # the session's stack serves both
-test: model ## run every test (unit, service and end-to-end through the real Triton server)
-	$(PY) -m pytest $(PYTEST_ARGS)
+test: model ## run every test (unit, service and end-to-end through the real Triton server); make test-containers runs the images
+	$(PY) -m pytest --ignore=tests/containers $(PYTEST_ARGS)
+
+test-containers: model ## build every image (stand-in bases where none can be pulled) and run the rendered cpu overlay's pods under podman: probes, security, a cat over gRPC and REST, scale-up, a GPU pod killed under load, clean stop (~10 min; root, podman)
+	$(PY) -m pytest -p no:randomly --timeout=1200 tests/containers $(PYTEST_ARGS)
 
 fuzz: setup ## fuzz every target (image decoding, KServe tensors, REST, video open) for FUZZ_SECONDS each; fails on a crash, hang or memory overrun -> build/fuzz/
 	$(PY) -m fuzz all --seconds $(FUZZ_SECONDS)

@@ -196,9 +196,11 @@ def failed_step(lines: Sequence[str]) -> str:
     return lines[-1].strip() if lines else ""
 
 
-def execute(steps: Sequence[Step], engine: Engine) -> None:
-    """Run each build (and push), printing progress; the engine's output streams through."""
+def execute(steps: Sequence[Step], engine: Engine) -> dict[str, float]:
+    """Run each build (and push), printing progress; the engine's output streams through.
+    Each image's build time, in seconds."""
     total = len(steps)
+    seconds = {}
     for number, step in enumerate(steps, 1):
         target = f" --target {step.image.target}" if step.image.target else ""
         print(f"[{number}/{total}] building {step.reference} ({step.image.dockerfile}{target})")
@@ -210,7 +212,8 @@ def execute(steps: Sequence[Step], engine: Engine) -> None:
                 f"image {step.image.name} ({step.image.dockerfile}{target}) failed to build "
                 f"(exit {code}): {failed_step(tail)}"
             )
-        print(f"[{number}/{total}] built {step.reference} in {time.monotonic() - started:.0f} s")
+        seconds[step.image.name] = time.monotonic() - started
+        print(f"[{number}/{total}] built {step.reference} in {seconds[step.image.name]:.0f} s")
         if step.push is None:
             continue
         if base := stand_in_of(engine, step.reference):
@@ -224,6 +227,12 @@ def execute(steps: Sequence[Step], engine: Engine) -> None:
             raise ImagesError(f"pushing {step.reference} failed (exit {code}): {failed_step(tail)}")
     pushed = " and pushed" if steps and steps[0].push else ""
     print(f"built{pushed} {total} image{'s' if total != 1 else ''}")
+    return seconds
+
+
+def dockerfiles(images: Sequence[Image] = IMAGES) -> list[Path]:
+    """The Dockerfiles of ``images``, once each."""
+    return [ROOT / d for d in dict.fromkeys(i.dockerfile for i in images)]
 
 
 def build(
@@ -235,12 +244,12 @@ def build(
     stand_ins: bool = True,
     platform: str | None = None,
     source: str | None = None,
-) -> list[Step]:
-    """Build (and push) ``images`` with ``engine``: their bases first (pulled, or stand-ins)."""
+) -> dict[str, float]:
+    """Build (and push) ``images`` with ``engine``: their bases first (pulled, or stand-ins).
+    Each image's build time, in seconds."""
     if any(i.name == "models" for i in images):
         check_model_repository()
-    dockerfiles = [ROOT / d for d in dict.fromkeys(i.dockerfile for i in images)]
-    if stand_ins and (made := standins.ensure(engine, standins.bases(dockerfiles))):
+    if stand_ins and (made := standins.ensure(engine, standins.bases(dockerfiles(images)))):
         print(f"{engine.name}: building on stand-ins for {', '.join(made)} (never pushed)")
     steps = plan(
         engine.name,
@@ -254,8 +263,7 @@ def build(
         build_args=pip_trust_mounts(engine),
     )
     print(f"{engine.name}: {len(steps)} images, context {ROOT}", flush=True)
-    execute(steps, engine)
-    return steps
+    return execute(steps, engine)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

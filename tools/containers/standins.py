@@ -201,7 +201,9 @@ def bases(dockerfiles: Iterable[Path]) -> list[str]:
     found: list[str] = []
     for dockerfile in dockerfiles:
         stages: set[str] = set()
-        for line in dockerfile.read_text("utf-8").splitlines():
+        # instructions, not lines: a line ending in a backslash continues the one before
+        text = re.sub(r"\\\n", " ", dockerfile.read_text("utf-8"))
+        for line in text.splitlines():
             match = re.match(r"(?i)FROM\s+(?:--\S+\s+)*(\S+)(?:\s+AS\s+(\S+))?", line.strip())
             if not match:
                 continue

@@ -41,7 +41,6 @@ from tools.pods.spec import (
 LABEL = "io.inferline.pods"
 DEPLOYMENT = "io.inferline.pods.deployment"
 INDEX = "io.inferline.pods.index"
-NETWORK = "inferline-pods"
 # eds, which would watch the API server's EndpointSlices, reads the runner's instead.
 EDS_SOURCE = "INFERLINE_EDS_SOURCE"
 ENDPOINTS_MOUNT = "/var/run/inferline-pods"
@@ -86,6 +85,13 @@ def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
     Path(tmp).replace(path)
 
 
+def target_port(pod: Pod, target: object) -> int | None:
+    """A Service's targetPort on ``pod``: a number, or the first container port of that name."""
+    if isinstance(target, int) or str(target).isdigit():
+        return int(str(target))
+    return next((c.ports[str(target)] for c in pod.containers if str(target) in c.ports), None)
+
+
 def endpoint_slice(
     service: Mapping[str, Any], pods: Iterable[tuple[Pod, str, str]]
 ) -> dict[str, Any]:
@@ -96,14 +102,9 @@ def endpoint_slice(
     ports = []
     for port in service["spec"].get("ports") or []:
         target = port.get("targetPort", port["port"])
-        numbers = {p.name: c.ports.get(str(target)) for p, _, _ in members for c in p.containers}
-        number = (
-            target
-            if isinstance(target, int)
-            else next((n for n in numbers.values() if n is not None), None)
-        )
+        number = next((n for p, _, _ in members if (n := target_port(p, target))), None)
         if number is not None:
-            ports.append({"name": port.get("name", ""), "port": int(number), "protocol": "TCP"})
+            ports.append({"name": port.get("name", ""), "port": number, "protocol": "TCP"})
     return {
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
@@ -135,8 +136,12 @@ class Cluster:
         run_dir: Path,
         log: Callable[[str], None] = print,
         host_cpus: int | None = None,
+        extra_env: Mapping[str, str] | None = None,
     ) -> None:
+        """``extra_env`` goes to every container, after its own (a diagnosis: say,
+        PYTHONPROFILEIMPORTTIME, for tools.containers.weight)."""
         self.engine = engine
+        self.extra_env = dict(extra_env or {})
         self.manifests = manifests
         self.run_dir = run_dir
         self.log = log
@@ -148,6 +153,8 @@ class Cluster:
             ),
             "default",
         )
+        # One network per namespace: its Services are its DNS names.
+        self.network = f"inferline-pods-{self.namespace}"
         self.terminating: set[str] = set()
         self.records: dict[str, PodRecord] = {}
         self._endpoints_lock = threading.Lock()
@@ -171,8 +178,9 @@ class Cluster:
 
     def pod_ip(self, name: str) -> str:
         infra = self.podman("pod", "inspect", "--format", "{{.InfraContainerID}}", name).strip()
-        template = f'{{{{(index .NetworkSettings.Networks "{NETWORK}").IPAddress}}}}'
-        return self.podman("inspect", "--format", template, infra).strip()
+        template = "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}"
+        addresses = self.podman("inspect", "--format", template, infra).split()
+        return addresses[0] if addresses else ""
 
     def running(self, container: str) -> bool:
         done = self.engine.run(
@@ -255,8 +263,9 @@ class Cluster:
 
     def ensure_network(self) -> None:
         listed = self.podman("network", "ls", "--format", "{{.Name}}").split()
-        if NETWORK not in listed:
-            self.podman("network", "create", "--label", f"{LABEL}={self.namespace}", NETWORK)
+        if self.network not in listed:
+            label = f"{LABEL}={self.namespace}"
+            self.podman("network", "create", "--label", label, self.network)
 
     def overrides(self, pod: Pod, container: Container) -> tuple[dict[str, str], list[str]]:
         """What the runner changes: eds reads the runner's endpoints file, not the API server."""
@@ -317,7 +326,8 @@ class Cluster:
         user = self.podman("image", "inspect", "--format", "{{.Config.User}}", container.image)
         env = environment(container, Downward(pod, ip), self.manifests)
         extra_env, extra_args = self.overrides(pod, container)
-        args = create_args(pod, container, env | extra_env, user.strip(), sources, self.host_cpus)
+        env |= extra_env | self.extra_env
+        args = create_args(pod, container, env, user.strip(), sources, self.host_cpus)
         name = f"{pod.name}-{container.name}"
         labels = ["--label", f"{LABEL}={self.namespace}"]
         self.podman("create", *labels, *extra_args, *args)
@@ -342,7 +352,7 @@ class Cluster:
         aliases = [a for alias in (*pod.aliases, pod.name) for a in ("--network-alias", alias)]
         self.podman(
             "pod", "create", f"--name={pod.name}", f"--hostname={pod.name}",
-            f"--network={NETWORK}", *aliases, "--share=ipc,net,uts",
+            f"--network={self.network}", *aliases, "--share=ipc,net,uts",
             "--label", f"{LABEL}={self.namespace}", "--label", f"{DEPLOYMENT}={deployment}",
             "--label", f"{INDEX}={index}",
         )  # fmt: skip
@@ -476,20 +486,26 @@ class Cluster:
         return started
 
     def scale(self, deployment: str, replicas: int) -> tuple[list[PodRecord], list[PodRecord]]:
-        """(started, stopped): new pods from the lowest free index; the highest go first, each
-        first marked terminating in the endpoints (DRAINING), as the controller would."""
+        """(started, stopped): new pods take the lowest free indexes; the pods that go are the
+        dead ones first, then the highest, each first marked terminating in the endpoints
+        (DRAINING), as the EndpointSlice controller does."""
         self.refresh()
-        have = sorted(self.pods(deployment).items(), key=lambda p: p[1][1])
+        have = self.pods(deployment)
         started: list[PodRecord] = []
         stopped: list[PodRecord] = []
         index = 0
         while len(have) + len(started) < replicas:
-            if f"{deployment}-{index}" not in self.pods(deployment):
+            if f"{deployment}-{index}" not in have:
                 self.log(f"pod {deployment}-{index}")
                 started.append(self.start_pod(deployment, index))
                 self.write_endpoints()
             index += 1
-        for name, _ in reversed(have[replicas:] if replicas < len(have) else []):
+
+        def keep_last(name: str) -> tuple[bool, int]:
+            alive = all(c.ready for c in self.records[name].containers)
+            return alive, -have[name][1]
+
+        for name in sorted(have, key=keep_last)[: max(0, len(have) - replicas)]:
             self.terminating.add(name)
             self.write_endpoints()
             if record := self.stop_pod(name):
@@ -500,6 +516,12 @@ class Cluster:
     def kill(self, name: str) -> None:
         """``kill -9`` every container of a pod (a node or a process dying without warning)."""
         self.podman("pod", "kill", "--signal=SIGKILL", name)
+        # The kubelet sees its containers gone at once: the pod is not ready, its endpoints
+        # not ready (UNHEALTHY to Envoy).
+        self.refresh()
+        for container in self.records[name].containers if name in self.records else []:
+            container.ready = False
+        self.write_endpoints()
 
     def down(self) -> list[PodRecord]:
         """Stop every pod (all at once, as a namespace deletion does), then the volumes, the
@@ -510,8 +532,8 @@ class Cluster:
             self.write_endpoints()
         with ThreadPoolExecutor(max(1, len(names))) as pool:
             stopped = [r for r in pool.map(self.stop_pod, names) if r]
-        if NETWORK in self.podman("network", "ls", "--format", "{{.Name}}").split():
-            self.engine.run("network", "rm", "--force", NETWORK, check=False)
+        if self.network in self.podman("network", "ls", "--format", "{{.Name}}").split():
+            self.engine.run("network", "rm", "--force", self.network, check=False)
         unmount_under(self.run_dir)
         shutil.rmtree(self.run_dir, ignore_errors=True)
         return stopped

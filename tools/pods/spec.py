@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -44,7 +45,7 @@ def parse_memory(quantity: object) -> int:
     match = _MEMORY.match(str(quantity))
     if not match:
         raise SpecError(f"memory quantity {quantity!r} is not understood")
-    return int(float(match.group(1)) * _MEMORY_UNITS[match.group(2)])
+    return math.ceil(float(match.group(1)) * _MEMORY_UNITS[match.group(2)])  # as the API rounds
 
 
 def expand(text: str, env: Mapping[str, str]) -> str:
@@ -210,8 +211,9 @@ class Manifests:
     def services(self) -> dict[str, Obj]:
         return self.of_kind("Service")
 
-    def data(self, kind: str, name: str, where: str) -> dict[str, bytes]:
-        """A ConfigMap's or Secret's keys and contents."""
+    def data(self, kind: str, name: str, where: str, binary: bool = True) -> dict[str, bytes]:
+        """A ConfigMap's or Secret's keys and contents; a ConfigMap's ``binaryData`` too
+        (volumes), or not (``binary=False``: environment variables take ``data`` only)."""
         found = self.of_kind(kind).get(name)
         if found is None:
             raise SpecError(f"{where}: {kind} {name!r} is not in the render")
@@ -221,9 +223,9 @@ class Manifests:
             return {k: base64.b64decode(v) for k, v in data.items()} | {
                 k: str(v).encode() for k, v in plain.items()
             }
-        binary = found.get("binaryData") or {}
+        binary_data = (found.get("binaryData") or {}) if binary else {}
         return {k: str(v).encode() for k, v in data.items()} | {
-            k: base64.b64decode(v) for k, v in binary.items()
+            k: base64.b64decode(v) for k, v in binary_data.items()
         }
 
     def images(self, deployment: str) -> list[str]:
@@ -362,7 +364,7 @@ def environment(container: Container, downward: Downward, manifests: Manifests) 
     for source in container.spec.get("envFrom") or []:
         for kind, key in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
             if key in source:
-                data = manifests.data(kind, source[key]["name"], where)
+                data = manifests.data(kind, source[key]["name"], where, binary=False)
                 prefix = str(source.get("prefix", ""))
                 env |= {prefix + k: v.decode() for k, v in data.items()}
     for entry in container.spec.get("env") or []:
@@ -379,7 +381,7 @@ def environment(container: Container, downward: Downward, manifests: Manifests) 
             for kind, key in (("ConfigMap", "configMapKeyRef"), ("Secret", "secretKeyRef")):
                 if key in source:
                     ref = source[key]
-                    data = manifests.data(kind, ref["name"], where)
+                    data = manifests.data(kind, ref["name"], where, binary=False)
                     if ref["key"] not in data:
                         raise SpecError(f"{where}: {kind} {ref['name']} has no key {ref['key']}")
                     env[name] = data[ref["key"]].decode()
@@ -417,7 +419,8 @@ def security_args(pod: Pod, container: Container, image_user_spec: str) -> list[
             raise SpecError(f"{where}: runAsNonRoot, and the container would run as root")
     args = []
     if uid is not None or gid is not None:
-        user = str(uid if uid is not None else (image_uid if image_uid is not None else 0))
+        # the image's user (a name too) where only the group is set
+        user = str(uid) if uid is not None else (image_user_spec.partition(":")[0] or "0")
         group = gid if gid is not None else (image_gid if uid is None else None)
         args.append(f"--user={user}:{group}" if group is not None else f"--user={user}")
     groups = [

@@ -104,11 +104,6 @@ def test_the_triton_services_grpc_port_is_the_preprocess_in_the_pod(cpu: Manifes
     assert endpoint.port == 8091
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runner.endpoint_slice keys its port lookup by pod name: the pod's last container "
-    "decides, so a named port on an earlier container is lost",
-)
 def test_a_named_target_port_on_any_container_of_the_pod_is_found(cpu: Manifests) -> None:
     pod = cpu.pod("triton", 0)
     preprocess_first = dataclasses.replace(pod, containers=pod.containers[::-1])

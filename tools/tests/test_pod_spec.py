@@ -550,12 +550,6 @@ def test_env_from_config_maps_and_secrets_with_a_prefix() -> None:
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=UnicodeDecodeError,
-    reason="spec.environment decodes a ConfigMap's binaryData too; the kubelet's envFrom "
-    "takes only its data",
-)
 def test_env_from_a_config_map_leaves_out_its_binary_data() -> None:
     env = environment_of({"envFrom": [{"configMapRef": {"name": "settings"}}]})
     assert env == {"LEVEL": "debug", "config.yaml": "a: 1\n"}
