@@ -2,7 +2,8 @@
 
 Sources: scikit-image's ``skimage.data`` (only images bundled in the wheel, never the
 ones it fetches with pooch) and matplotlib's sample data. Both are imported lazily:
-they belong to the ``local`` extra, not to the client's own dependencies.
+they are the ``samples`` extra, not the client's own dependencies (its image carries the set
+this module built, not them).
 """
 
 from __future__ import annotations
@@ -149,7 +150,8 @@ def build_samples(
     except ImportError as exc:
         raise SamplesError(
             f"{exc.name or exc} is not installed: the sample photos come from scikit-image "
-            "and matplotlib (the 'local' extra: pip install -e '.[local]')"
+            "and matplotlib (pip install 'inferline-demo-client[samples]'), or pass --images "
+            "DIR with photos of your own"
         ) from exc
     except (OSError, ValueError) as exc:
         raise SamplesError(f"cannot build samples in {dest}: {exc}") from exc

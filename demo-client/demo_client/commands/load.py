@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -38,9 +39,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         "--images",
         metavar="DIR",
         type=Path,
-        default=DEFAULT_DEST,
+        default=Path(os.environ.get("INFERLINE_IMAGES") or DEFAULT_DEST),
         help="directory of JPEG/PNG files to send, built from bundled sample photos when it "
-        "does not exist (default %(default)s)",
+        "does not exist (env INFERLINE_IMAGES; default %(default)s)",
     )
     add(
         "--duration",
