@@ -4,7 +4,8 @@
 
 Runs the rendered cpu overlay's pipeline as pods (tools.pods) with ``PYTHONPROFILEIMPORTTIME=1``
 in every container, drives the demo client's image at it for ``--seconds`` (so what a request
-imports is imported too), stops it, and reads each process's imported modules from its log. The
+imports is imported too), runs each preStop hook, stops it, and reads each process's imported
+modules from its log (init containers' too). The
 images the cpu overlay does not run start on their own: the DALI preprocess (DALI on the CPU) and
 the preflight. Then, in each image, every installed distribution is sized from its RECORD, and
 those none of whose top-level modules any process imported are listed: weight the image carries
@@ -86,10 +87,17 @@ def pipeline_imports(
         )  # fmt: skip
         found[client] |= imported(load.stderr)
         for record in pods.records.values():
-            for container in record.containers:
+            pod = manifests.pod(record.deployment, int(record.name.rsplit("-", 1)[1]))
+            for container in (*pod.init_containers, *pod.containers):
                 name = f"{record.name}-{container.name}"
                 logs = engine.run("logs", name, check=False)
                 found[container.image] |= imported(logs.stdout + logs.stderr)
+                if container.pre_stop:  # what the hook imports (it runs again at the stop)
+                    hook = engine.run(
+                        "exec", "--env=PYTHONPROFILEIMPORTTIME=1", name, *container.pre_stop,
+                        check=False, timeout=120,
+                    )  # fmt: skip
+                    found[container.image] |= imported(hook.stderr)
     finally:
         pods.down()
     return found
@@ -106,10 +114,10 @@ def alone(engine: Engine, image: str, seconds: float, *args: str) -> set[str]:
 
 
 def entrypoint(engine: Engine, image: str) -> list[str]:
-    argv: list[str] = json.loads(
+    argv: list[str] | None = json.loads(
         engine.run("image", "inspect", "--format", "{{json .Config.Entrypoint}}", image).stdout
     )
-    return argv
+    return argv or []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -126,9 +134,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         preflight = f"{args.registry}/inferline-preflight:{args.tag}"
         found[preflight] = alone(engine, preflight, args.seconds)
         for image, modules in sorted(found.items()):
-            if not image.startswith(args.registry):
-                continue  # Triton's image: not Python's
-            rows = inventory(engine, image)
+            try:
+                rows = inventory(engine, image)
+            except EngineError:
+                continue  # no Python in it: the models' (busybox), Triton's
             total = sum(int(str(r["size"])) for r in rows)
             waste = unused(rows, modules)
             print(f"{image}: {total / 1e6:.0f} MB of Python distributions, "
