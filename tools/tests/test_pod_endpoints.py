@@ -5,41 +5,17 @@ endpoints file it replaces in one rename."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 import stat
-import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import pytest
-import yaml
-
 from eds.cache import Endpoint, Health
 from eds.sources import endpointslice
-from inferline_testing.tools import tool
 from tools.pods import runner
 from tools.pods.spec import WEIGHT_ANNOTATION, Manifests, Pod
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@functools.cache
-def rendered_objects() -> tuple[dict[str, Any], ...]:
-    kubectl = tool("kubectl", "install kubectl 1.32 (it carries kustomize v5.5)")
-    done = subprocess.run(
-        [kubectl, "kustomize", str(ROOT / "k8s" / "overlays" / "cpu")],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    return tuple(o for o in yaml.safe_load_all(done.stdout) if o)
-
-
-@pytest.fixture
-def cpu() -> Manifests:
-    return Manifests(rendered_objects())
 
 
 def endpoints_of(

@@ -6,39 +6,17 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import functools
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from inferline_testing.tools import tool
 from tools.pods import spec
 from tools.pods.spec import Downward, Manifests, Probe, SpecError
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "inferline"  # the cpu overlay's
-
-
-@functools.cache
-def rendered_objects() -> tuple[dict[str, Any], ...]:
-    kubectl = tool("kubectl", "install kubectl 1.32 (it carries kustomize v5.5)")
-    done = subprocess.run(
-        [kubectl, "kustomize", str(ROOT / "k8s" / "overlays" / "cpu")],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    return tuple(o for o in yaml.safe_load_all(done.stdout) if o)
-
-
-@pytest.fixture
-def cpu() -> Manifests:
-    return Manifests(rendered_objects())
 
 
 # --- quantities ----------------------------------------------------------------------------------
