@@ -7,6 +7,12 @@ is restricted to a fresh random access token that only the preprocess reads (``F
 and Envoy reaches the pod at the preprocess's port alone. When one of them exits, the other is
 stopped and the pod exits (non-zero), so the stack sees one replica gone, as a pod that failed;
 on SIGTERM the preprocess stops first (it finishes its batches), then Triton.
+
+And as in a pod, nothing outlives it: both get SIGTERM from the kernel when the pod dies, however
+(even by SIGKILL: :func:`inferline_stack.reaper.die_with_parent`); Triton passes it on to its
+server (PyTriton does), whose model stubs watch it. When the pod leads its own process group
+(the stack starts it in a session of its own), it stops whatever its two left in it before it
+exits.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from inferline_stack import reaper
 
 logger = logging.getLogger("inferline_stack.pod")
 
@@ -63,9 +71,10 @@ def run(token_file: Path, triton: Sequence[str], preprocess: Sequence[str], grac
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     token = write_token(token_file)
-    children = [
-        ("triton", subprocess.Popen(list(triton), env={**os.environ, TOKEN_ENV: token})),
-        ("preprocess", subprocess.Popen(list(preprocess))),
+    env = {**os.environ, TOKEN_ENV: token}
+    children = [  # each dies with the pod, even one killed by SIGKILL
+        ("triton", subprocess.Popen(list(triton), env=env, preexec_fn=reaper.die_with_parent())),
+        ("preprocess", subprocess.Popen(list(preprocess), preexec_fn=reaper.die_with_parent())),
     ]
     logger.info("pod: %s", ", ".join(f"{name} pid {p.pid}" for name, p in children))
     code = 0
@@ -79,6 +88,8 @@ def run(token_file: Path, triton: Sequence[str], preprocess: Sequence[str], grac
         stopping.wait(POLL_S)
     for _, process in reversed(children):  # the preprocess first: it drains into Triton
         stop(process, grace_s)
+    if os.getpgrp() == os.getpid():  # what they left in the pod's group (a server, its stubs)
+        reaper.stop([reaper.Claim.leading(os.getpid())], grace_s)
     with contextlib.suppress(OSError):
         token_file.unlink()
     return code

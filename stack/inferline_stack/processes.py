@@ -1,8 +1,12 @@
 """Start, find and stop detached processes, each recorded as ``.run/<name>.pid``.
 
-Each process leads its own session (process group). Stopping one sends SIGTERM to it, which
-stops its own children in order (PyTriton stops tritonserver), then SIGKILL to whatever is left
-of its group after a grace period, so nothing is left behind.
+Each process leads its own session (process group) and carries an owner token of its own,
+``<run folder>/<name>`` (:mod:`inferline_stack.reaper`), which whatever it starts inherits.
+Stopping one sends SIGTERM to it, which stops its own children in order (PyTriton stops
+tritonserver), then SIGKILL to whatever of it is left after a grace period. What is "of it":
+its process group (checked against its recorded start time, so a reused pid is never hit), what
+carries its token, what runs from its workspace; so a process whose leader was killed alone is
+stopped too, by the next ``down``, ``scale`` or ``up``.
 """
 
 from __future__ import annotations
@@ -11,9 +15,11 @@ import contextlib
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from inferline_stack import leftovers, reaper
+from inferline_stack.reaper import start_time
 
 
 class ProcessTable:
@@ -39,12 +45,31 @@ class ProcessTable:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **env},
+                env={**os.environ, **env, **reaper.owner_env(self.owner(name))},
                 start_new_session=True,
             )
-        # pid, what it was started with, and when (a pid reused after a reboot is not ours)
-        self.pid_file(name).write_text(f"{proc.pid}\n{fingerprint}\n{start_time(proc.pid)}\n")
+        # pid, what it was started with, and when, in which boot (a reused pid is not ours)
+        claim = reaper.Claim.leading(proc.pid)
+        self.pid_file(name).write_text(
+            f"{proc.pid}\n{fingerprint}\n{claim.started}\n{claim.boot}\n"
+        )
         return proc.pid
+
+    def owner(self, name: str) -> str:
+        """The owner token of ``name``'s processes (:mod:`inferline_stack.reaper`)."""
+        return f"{self.run_dir.resolve()}/{name}"
+
+    def claim(self, name: str) -> reaper.Claim:
+        """Every process of ``name``, its leader running or not: its recorded process group,
+        what carries its token, what runs from its workspace (a Triton replica's)."""
+        record = self._record(name)
+        return reaper.Claim(
+            group=self.recorded_pid(name) or 0,
+            started=record[2] if len(record) > 2 else "",
+            boot=record[3] if len(record) > 3 else "",
+            owner=self.owner(name),
+            folder=str(leftovers.workspace(self.run_dir, name).resolve()),
+        )
 
     def _record(self, name: str) -> list[str]:
         try:
@@ -61,7 +86,7 @@ class ProcessTable:
             return None
 
     def pid(self, name: str) -> int | None:
-        """The recorded pid of ``name`` if that process still runs."""
+        """The recorded pid of ``name`` if that process (its leader) still runs."""
         pid, record = self.recorded_pid(name), self._record(name)
         if pid is None or not alive(pid):
             return None
@@ -80,19 +105,26 @@ class ProcessTable:
         return sorted(p.stem for p in self.run_dir.glob("*.pid"))
 
     def stop(self, name: str, grace: float = 10.0) -> bool:
-        """SIGTERM the process group, SIGKILL what remains after ``grace``; True if one ran."""
+        """Stop every process of ``name`` (:meth:`claim`): SIGTERM, SIGKILL what remains after
+        ``grace``; forget its pid file. True if anything of it ran."""
         return bool(self.stop_all([name], grace))
 
     def stop_all(self, names: Sequence[str], grace: float = 10.0) -> list[str]:
-        """Stop several at once (SIGTERM to all, then wait); the names that were running."""
-        groups = {}
+        """Stop several at once (SIGTERM to all, then wait); the names of which anything ran."""
+        claims = {name: self.claim(name) for name in names}
         for name in names:
-            pid = self.pid(name)
             self.pid_file(name).unlink(missing_ok=True)
-            if pid is not None:
-                groups[name] = pid
-        stop_groups(list(groups.values()), grace)
-        return list(groups)
+        stopped = reaper.stop(list(claims.values()), grace)
+        return [name for name, claim in claims.items() if claim in stopped]
+
+    def stop_strays(self, grace: float = 10.0) -> list[int]:
+        """Stop whatever of this run folder still runs, whatever the pid files say: every
+        process that carries one of its tokens or runs from its workspaces. Their pids."""
+        claim = reaper.Claim(
+            owners_in=str(self.run_dir.resolve()),
+            folder=str(leftovers.workspaces(self.run_dir).resolve()),
+        )
+        return reaper.stop([claim], grace).get(claim, [])
 
     def log_tail(self, name: str, lines: int = 30) -> str:
         try:
@@ -102,72 +134,24 @@ class ProcessTable:
         return "\n".join(text.splitlines()[-lines:])
 
 
-def start_time(pid: int) -> str:
-    """When ``pid`` started (clock ticks since boot, from /proc); empty where unknown."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    fields = stat.rsplit(")", 1)[-1].split()
-    return fields[19] if len(fields) > 19 else ""  # field 22 of proc(5); fields[0] is field 3
-
-
 def alive(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie (killed, not reaped yet) does not; one of ours is reaped."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    # A zombie child of ours counts as gone once reaped.
     with contextlib.suppress(ChildProcessError):
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done == pid:
             return False
-    return True
+    return reaper.process(pid) is not None
 
 
 def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def stop_groups(pgids: Sequence[int], grace: float) -> None:
-    """SIGTERM each group's leader, SIGKILL what remains of the groups after ``grace``.
-
-    The leader (``python -m ...``) stops its own children in order (PyTriton stops
-    tritonserver, which stops its model stubs); a group whose leader is gone gets the
-    SIGTERM itself.
-    """
-    for pgid in pgids:
-        try:
-            os.kill(pgid, signal.SIGTERM)
-        except ProcessLookupError:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    left = list(pgids)
-    while left and time.monotonic() < deadline:
-        for pgid in left:
-            alive(pgid)  # reaps our own child so it stops counting
-        left = [pgid for pgid in left if group_alive(pgid)]
-        if left:
-            time.sleep(0.05)
-    for pgid in left:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-    deadline = time.monotonic() + 2.0  # SIGKILL cannot be ignored; its ports free soon after
-    while left and time.monotonic() < deadline:
-        for pgid in left:
-            alive(pgid)
-        left = [pgid for pgid in left if group_alive(pgid)]
-        if left:
-            time.sleep(0.02)
+    """Whether a live process (not a zombie) is in process group ``pgid``."""
+    return any(p.pgid == pgid for p in reaper.processes().values())
 
 
 def kill_group(pgid: int) -> None:

@@ -6,7 +6,7 @@ beside it), the batcher, preprocess (remote placement only) and middleman, each 
 Envoy once ready, before the next one (which reaches it through Envoy) starts;
 last, readiness through the public endpoint. Processes already running with the same
 configuration and healthy are kept, so ``up`` is idempotent. down stops everything, front to
-back, with no process left behind.
+back, with no process left behind: also what a supervisor killed alone left running.
 """
 
 from __future__ import annotations
@@ -192,6 +192,9 @@ def down(config: StackConfig, table: ProcessTable) -> int:
     for names in [*tiers, [ENVOY], [EDS], [prometheus.PROMETHEUS], table.names()]:
         for name in table.stop_all(names, config.stop_grace_s):
             console.print(f"stopped {name}")
+    strays = table.stop_strays(config.stop_grace_s)  # what no pid file names any more
+    if strays:
+        console.print(f"stopped {len(strays)} more processes of this stack (pids {strays})")
     _free_leftovers(config)
     remember.forget(config.run_dir)
     return 0

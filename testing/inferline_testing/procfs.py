@@ -1,7 +1,8 @@
 """What a process group uses, from Linux's /proc: resident memory (now and at its peak), open file
 descriptors, CPU seconds. The local stack starts each process in a group of its own (Triton's
 group holds PyTriton, tritonserver and its Python stubs), so a group is a process as the user
-sees it. A process that has gone counts as nothing."""
+sees it. A process that has gone counts as nothing. And which processes run: a process tree,
+or every process that names a folder (a run folder: what a stack or benchmark left running)."""
 
 from __future__ import annotations
 
@@ -148,3 +149,62 @@ def shared_memory(pids: Iterable[int]) -> set[Path]:
             if path and path[0].startswith("/dev/shm/"):
                 found.add(Path(path[0].removesuffix(" (deleted)")))
     return found
+
+
+def _stat(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat from its field 3 (state) on; None once gone."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def running(pids: Iterable[int]) -> list[int]:
+    """Those of ``pids`` that run: neither gone nor zombies (a zombie holds nothing)."""
+    return [pid for pid in pids if (stat := _stat(pid)) is not None and stat[0] not in "ZX"]
+
+
+def descendants(pid: int) -> list[int]:
+    """The live processes ``pid`` started, and those they started, and so on."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None:
+            parents.setdefault(int(stat[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return running(found)
+
+
+def naming(folder: Path | str) -> list[int]:
+    """Every live process but this one whose command line, working directory or environment
+    names ``folder``: what a stack or benchmark run there left (every one of their processes
+    inherits a variable naming it: its owner token, or ``TMPDIR`` pointed there)."""
+    text = str(Path(folder).resolve())
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            named = text.encode() in (entry / "cmdline").read_bytes()
+            named = named or text.encode() in (entry / "environ").read_bytes()
+            named = named or str((entry / "cwd").readlink()).startswith(text)
+        except OSError:  # gone, or another user's
+            continue
+        if named:
+            found.append(int(entry.name))
+    return running(found)
+
+
+def describe(pids: Iterable[int]) -> str:
+    """``pid: command line`` of each, for a failure message."""
+    lines = []
+    for pid in pids:
+        try:
+            argv = (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        lines.append(f"{pid}: {argv.decode(errors='replace')[:300]}")
+    return "\n".join(lines)
