@@ -38,6 +38,9 @@ START_TIMEOUT_S = 120.0
 # video's responses span several chunks and inference calls somewhere.
 CHUNK_FRAMES = "4"
 
+# Whatever a test starts is stopped when the session ends, however it ends (SIGTERM too).
+pytest_plugins = ["inferline_testing.owned_session"]
+
 
 @pytest.fixture(scope="session")
 def model_repository() -> Path:

@@ -38,7 +38,7 @@ from envoy_data_plane.envoy.service.discovery.v3 import (
 from rich.console import Console
 from rich.table import Table
 
-from bench.benchlib import ROOT, write_result
+from bench.benchlib import ROOT, run_main, write_result
 from demo_client.client import open_clients
 from demo_client.load import LoadConfig, run_load
 from demo_client.stats import Recorder
@@ -73,11 +73,11 @@ async def convergence(run: Path, events: int, concurrency: int) -> dict[str, Any
     endpoints = run / "endpoints.yaml"
     endpoints_file.write(endpoints, {"triton": []})
     eds = EdsProcess(run, endpoints, ["triton"])
-    await eds.start_ready()
     envoy = EnvoyProcess(run, envoy_params(eds.port, ["triton"]))
     pool = Pool("triton", run, endpoints, envoy.admin)
     ups: list[ScaleUp] = []
     try:
+        await eds.start_ready()
         first, _ = await pool.add()
         await envoy.start_ready()
         await envoy_admin.wait_routable(envoy.admin, "triton", "127.0.0.1", first.port)
@@ -132,12 +132,12 @@ async def timed(target: str, requests: int) -> tuple[float, float]:
 async def hop(run: Path, requests: int) -> dict[str, Any]:
     endpoints = run / "hop-endpoints.yaml"
     probe = Probe(run, "hop", delay_ms=0)
-    await probe.start_ready()
     endpoints_file.write(endpoints, {"triton": [probe.endpoint()]})
     eds = EdsProcess(run, endpoints, ["triton"])
-    await eds.start_ready()
     envoy = EnvoyProcess(run, envoy_params(eds.port, ["triton"]), "hop-envoy")
     try:
+        await probe.start_ready()
+        await eds.start_ready()
         await envoy.start_ready()
         await envoy_admin.wait_routable(envoy.admin, "triton", "127.0.0.1", probe.port)
         direct = await timed(probe.address, requests)
@@ -357,4 +357,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(main))

@@ -1,19 +1,22 @@
-"""Shared by the benchmarks: the local stack on free ports, the demo client, test photos as
-JPEGs, result files."""
+"""Shared by the benchmarks: how each runs (nothing it starts outlives it), the local stack on
+free ports, the demo client, test photos as JPEGs, result files."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from inferline_stack import reaper
 from inferline_stack.config import StackConfig
 from inferline_stack.processes import ProcessTable
 from inferline_stack.stack import down, up
@@ -24,6 +27,25 @@ from inferline_testing.ports import config_on_free_ports
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 PHOTOS = ("chelsea", "coffee", "astronaut", "rocket")  # scikit-image's bundled photos
+
+
+def run_main(main: Callable[[], int | None]) -> int:
+    """A benchmark's ``main``, run so that nothing it starts outlives it: every process it
+    starts carries its owner token, and however it ends (done, an exception, SIGTERM, SIGHUP,
+    Ctrl-C) what still runs is stopped (:mod:`inferline_stack.reaper`). Its exit status; 128 +
+    the signal's number when one stopped it::
+
+        if __name__ == "__main__":
+            sys.exit(run_main(main))
+    """
+    try:
+        with reaper.owning(f"bench-{os.getpid()}"):
+            return main() or 0
+    except KeyboardInterrupt as stopped:
+        signum = stopped.signum if isinstance(stopped, reaper.Terminated) else signal.SIGINT
+        name = signal.Signals(signum).name
+        print(f"stopped by {name}; so is everything it started", file=sys.stderr)
+        return 128 + signum
 
 
 def jpegs(count: int, width: int, height: int, qualities: tuple[int, ...]) -> list[bytes]:

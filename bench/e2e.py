@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from bench.benchlib import ROOT, demo_client, local_stack, write_result
+from bench.benchlib import ROOT, demo_client, local_stack, run_main, write_result
 from demo_client.samples import build_samples
 from inferline.imaging.decode import Geometry, Limits, decode_image
 from inferline_models.onnx_backend import OnnxRunner, default_threads
@@ -116,4 +117,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(main))

@@ -23,7 +23,7 @@ import asyncio
 import tempfile
 from pathlib import Path
 
-from bench.benchlib import ROOT, local_stack, write_result
+from bench.benchlib import ROOT, local_stack, run_main, write_result
 from inferline_stack.config import StackConfig
 from inferline_testing import faults, media
 
@@ -75,4 +75,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

@@ -69,7 +69,7 @@ from rich.console import Console
 from rich.table import Table
 from tritonclient.utils import InferenceServerException
 
-from bench.benchlib import PHOTOS, RESULTS
+from bench.benchlib import PHOTOS, RESULTS, run_main
 from bench.gpu_preprocess import dali_decode_rate, gpu_name
 from bench.pipeline import CLIENT, REPOSITORY, decoder_floor_ms, measure, print_table, stack
 from demo_client.samples import build_samples
@@ -480,4 +480,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

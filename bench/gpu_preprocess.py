@@ -25,7 +25,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from bench.benchlib import RESULTS, jpegs
+from bench.benchlib import RESULTS, jpegs, run_main
 from inferline.imaging.decode import Geometry, Limits
 from inferline.imaging.video import Sampling, VideoLimits
 from inferline_testing import media
@@ -239,4 +239,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

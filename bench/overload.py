@@ -35,7 +35,7 @@ import asyncio
 import operator
 from typing import Any
 
-from bench.benchlib import jpegs, overload_stack, write_result
+from bench.benchlib import jpegs, overload_stack, run_main, write_result
 from inferline_stack.config import StackConfig
 from inferline_testing.overload import Report, ShortDeadlines, measure, short_deadlines, table
 
@@ -106,4 +106,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

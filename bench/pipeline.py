@@ -27,6 +27,7 @@ import asyncio
 import os
 import platform
 import resource
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
@@ -39,7 +40,7 @@ import cv2
 from rich.console import Console
 from rich.table import Table
 
-from bench.benchlib import ROOT, demo_client, local_stack, write_result
+from bench.benchlib import ROOT, demo_client, local_stack, run_main, write_result
 from demo_client.samples import build_samples
 from inferline.imaging.decode import Geometry, Limits, decode_image
 from inferline_envoy import admin as envoy_admin
@@ -334,4 +335,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_main(main))

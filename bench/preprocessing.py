@@ -40,10 +40,11 @@ from rich.console import Console
 from rich.table import Table
 from tritonclient.grpc import service_pb2
 
-from bench.benchlib import RESULTS, jpegs
+from bench.benchlib import RESULTS, jpegs, run_main
 from inferline import kserve
 from inferline.imaging.decode import Geometry, Limits
 from inferline.server import channel_options
+from inferline_stack import reaper
 from inferline_stack.config import PREPROCESS
 from inferline_stack.health import wait_ready
 from inferline_stack.services import settings
@@ -132,8 +133,13 @@ def service(backend: str, workers: int, max_batch: int) -> Iterator[tuple[str, i
     }
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "preprocess"], env=env, stdout=log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "preprocess"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
+        claim = reaper.Claim.leading(proc.pid)
         url = f"127.0.0.1:{port}"
         try:
             if not wait_ready(url, "preprocess", START_TIMEOUT_S, lambda: proc.poll() is None):
@@ -141,8 +147,8 @@ def service(backend: str, workers: int, max_batch: int) -> Iterator[tuple[str, i
                 raise RuntimeError(f"preprocess ({backend}) did not start:\n{log.read().decode()}")
             yield url, proc.pid
         finally:
-            proc.terminate()
-            proc.wait(30)
+            reaper.stop([claim], 30.0)
+            proc.wait()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -369,4 +375,4 @@ def report(result: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

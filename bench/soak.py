@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.benchlib import jpegs, overload_stack, write_result
+from bench.benchlib import jpegs, overload_stack, run_main, write_result
 from inferline_stack.config import TRITON, StackConfig
 from inferline_stack.processes import ProcessTable
 from inferline_stack.scale import scale
@@ -185,4 +185,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

@@ -19,7 +19,7 @@ from bench.batcher.processes import Fleet, Replica
 from bench.batcher.report import console, goals, print_tables
 from bench.batcher.scale_out import part_scale_out
 from bench.batcher.throughput import part_throughput
-from bench.benchlib import write_result
+from bench.benchlib import run_main, write_result
 
 
 async def run(params: Params, parts: set[str], fleet: Fleet) -> dict[str, Any]:
@@ -103,4 +103,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_main(lambda: main(sys.argv[1:])))

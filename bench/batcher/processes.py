@@ -23,7 +23,6 @@ from inferline_envoy import admin as envoy_admin
 from inferline_models.triton import ACCESS_TOKEN_ENV
 from inferline_stack import health
 from inferline_stack.config import BATCHER
-from inferline_stack.processes import kill_group
 from inferline_stack.services import settings
 from inferline_testing.harness import EdsProcess, EnvoyProcess, Process, envoy_params, python
 from inferline_testing.ports import free_port
@@ -102,10 +101,7 @@ class Replica(Process):
 
     async def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
         """SIGTERM (PyTriton stops its Triton server), then whatever is left of the group."""
-        code = await super().stop(grace_s)
-        if self.proc is not None:
-            kill_group(self.proc.pid)  # its own session: the group id is its pid
-        return code
+        return await super().stop(grace_s)
 
 
 def counters(replicas: Sequence[Replica]) -> dict[str, float]:

@@ -15,7 +15,6 @@ import dataclasses
 import functools
 import logging
 import os
-import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -35,7 +34,7 @@ from eds.cache import Endpoint, Health
 from inferline import kserve
 from inferline_envoy import admin as envoy_admin
 from inferline_envoy import config as envoy_config
-from inferline_stack import scaling
+from inferline_stack import reaper, scaling
 from inferline_stack.config import BATCHER
 from inferline_stack.services import EDS, settings
 from inferline_testing.ports import free_port
@@ -48,11 +47,13 @@ START_TIMEOUT_S = 30.0
 
 
 class Process:
-    """A child process in its own session, its output in ``log``."""
+    """A child process in its own session, its output in ``log``; stopping it stops whatever it
+    started too (:mod:`inferline_stack.reaper`)."""
 
     def __init__(self, name: str, argv: Sequence[str], log: Path, env: Mapping[str, str]) -> None:
         self.name, self.argv, self.log, self.env = name, list(argv), log, dict(env)
         self.proc: asyncio.subprocess.Process | None = None
+        self.claim: reaper.Claim | None = None  # its process group, once started
 
     async def start(self) -> None:
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -66,6 +67,7 @@ class Process:
                 env={**os.environ, **self.env},
                 start_new_session=True,
             )
+            self.claim = reaper.Claim.leading(self.proc.pid)
         finally:
             os.close(out)
 
@@ -74,17 +76,12 @@ class Process:
         return self.proc is not None and self.proc.returncode is None
 
     async def stop(self, grace_s: float = 10.0) -> int | None:
-        """SIGTERM, then SIGKILL after ``grace_s``; the exit status."""
-        if self.proc is None:
+        """SIGTERM, then SIGKILL after ``grace_s`` to whatever of its group is left; its exit
+        status."""
+        if self.proc is None or self.claim is None:
             return None
-        if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(self.proc.wait(), grace_s)
-            except TimeoutError:
-                return await self.kill()
-        return self.proc.returncode
+        await asyncio.to_thread(reaper.stop, [self.claim], grace_s)
+        return await self.proc.wait()
 
     async def kill(self) -> int | None:
         """``kill -9``."""
@@ -329,7 +326,11 @@ class Pool:
         """Start a replica, wait for its health, then write it HEALTHY (the "ready" moment)."""
         probe = Probe(self.run_dir, f"{self.cluster}-{self.started}", self.delay_ms)
         self.started += 1
-        await probe.start_ready()
+        try:
+            await probe.start_ready()
+        except BaseException:  # not one of the pool's yet: :meth:`close` would not stop it
+            await probe.stop(2.0)
+            raise
         await scaling.announce(self.endpoints, [(self.cluster, probe.endpoint())])
         self.replicas.append(probe)
         return probe, ScaleUp(probe.replica_id, time.time())

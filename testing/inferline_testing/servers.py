@@ -1,5 +1,6 @@
 """A server process for the duration of a block: started with its output in a log, polled until
-it answers (or failed at once, with the log's tail, if it exits first), then stopped."""
+it answers (or failed at once, with the log's tail, if it exits first), then stopped, with
+whatever it started (:mod:`inferline_stack.reaper`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+from inferline_stack import reaper
 from inferline_testing.waits import wait_until
 
 START_TIMEOUT_S = 60.0
@@ -25,12 +27,18 @@ def running(
     env: Mapping[str, str] | None = None,
     timeout_s: float = START_TIMEOUT_S,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """``argv`` running until the block ends, once ``ready()`` holds; SIGTERM, then SIGKILL."""
+    """``argv`` running until the block ends, once ``ready()`` holds; SIGTERM, then SIGKILL to
+    what is left of its process group."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as out:
         process = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
         )
+    claim = reaper.Claim.leading(process.pid)
     try:
 
         def exited() -> str | None:
@@ -42,9 +50,5 @@ def running(
         wait_until(ready, timeout_s, f"{name} ready", abort=exited)
         yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        reaper.stop([claim], STOP_GRACE_S)
+        process.wait()

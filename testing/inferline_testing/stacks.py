@@ -26,9 +26,9 @@ from inferline_testing.ports import config_on_free_ports
 def own_stack(run_dir: Path, what: str, **settings: Any) -> Iterator[StackConfig]:
     config = config_on_free_ports(run_dir, **settings)
     table = ProcessTable(Path(config.run_dir))
-    if up(config, table) != 0:
-        pytest.fail(f"the {what} stack did not start; see the log tail above")
-    try:
+    try:  # also an `up` cut short (Ctrl-C, SIGTERM: inferline_stack.reaper) is taken down
+        if up(config, table) != 0:
+            pytest.fail(f"the {what} stack did not start; see the log tail above")
         yield config
     finally:
         down(config, table)

@@ -9,13 +9,16 @@ inferline_stack down``, from another shell) and checks that no process names the
 folder (every process of the stack inherits an environment that does). The supervisors: the GPU
 pod's (``python -m inferline_stack.pod``: PyTriton and the preprocess), PyTriton's process (its
 ``tritonserver``), ``tritonserver`` (its Python backend stubs). And after a GPU pod's supervisor
-was killed alone, ``make scale`` brings back a replica that works, on the same ports.
+was killed alone, ``make scale`` brings back a replica that works, on the same ports. And a
+test session stopped by SIGTERM leaves nothing either (:mod:`inferline_testing.owned_session`).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -29,7 +32,7 @@ from inferline_testing import media, stack_cli
 from inferline_testing.harness import load
 from inferline_testing.procfs import descendants, describe, naming, running
 from inferline_testing.stacks import own_stack
-from inferline_testing.waits import wait_for, wait_for_state
+from inferline_testing.waits import wait_for, wait_for_state, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -140,3 +143,51 @@ async def test_scale_brings_back_a_working_replica_after_kill_9_of_its_pods_supe
 
         await wait_for(served, WAIT_S, "requests at the new triton-1")
     assert recorder.errors == 0, recorder.errors_by_code
+
+
+# A test that starts a stack of its own and a probe backend it never stops, then blocks until
+# its session is stopped.
+STOPPED_SESSION = """
+import asyncio, os, threading
+from pathlib import Path
+
+from inferline_testing.harness import Probe
+from inferline_testing.stacks import own_stack
+
+
+def test_until_stopped():
+    run = Path(os.environ["RUN"])
+    asyncio.run(Probe(run, "never-stopped").start_ready())
+    with own_stack(run, "stopped", model="simulated_gpu", prometheus=False):
+        threading.Event().wait()
+"""
+
+
+def test_a_test_session_stopped_by_sigterm_leaves_no_process(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    folder = tmp_path_factory.mktemp("session")
+    run = folder / "run"
+    (folder / "test_stopped.py").write_text(STOPPED_SESSION)
+    argv = [sys.executable, "-m", "pytest", "-p", "inferline_testing.owned_session"]
+    argv += ["-p", "no:cacheprovider", "-p", "no:randomly", "--rootdir", str(folder), str(folder)]
+    with (folder / "pytest.log").open("wb") as log:
+        session = subprocess.Popen(
+            argv, env={**os.environ, "RUN": str(run)}, stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+
+        def exited() -> str | None:
+            return None if session.poll() is None else f"pytest exited {session.returncode}"
+
+        wait_until(
+            lambda: ProcessTable(run).running("middleman-0"), WAIT_S, "its stack up", abort=exited
+        )
+        session.send_signal(signal.SIGTERM)
+        assert session.wait(WAIT_S) == pytest.ExitCode.INTERRUPTED
+    finally:
+        if session.poll() is None:
+            session.kill()
+            session.wait()
+    left = naming(run)
+    assert left == [], describe(left)
