@@ -22,6 +22,8 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from inferline_stack.reaper import OWNER_ENV
+
 ROOT = Path(__file__).resolve().parents[2]
 ENGINES = ("docker", "podman")
 SANDBOX_CONF = ROOT / "build" / "containers" / "containers.conf"
@@ -49,7 +51,11 @@ class Engine:
         return [self.name, *args]
 
     def environ(self) -> dict[str, str]:
-        return {**os.environ, **self.env}
+        """This process's environment and the engine's, without our owner token: what the
+        engine starts (conmon, the network's DNS) is podman's to stop, not the reaper's."""
+        env = {**os.environ, **self.env}
+        env.pop(OWNER_ENV, None)
+        return env
 
     def run(
         self,
