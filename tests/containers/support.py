@@ -97,7 +97,7 @@ def image_name(reference_: str) -> str | None:
 def record_pods(pods: Cluster) -> None:
     """Each image's time to ready, from the pods that run it (its slowest container)."""
     for record in pods.records.values():
-        pod = pods.manifests.pod(record.deployment, int(record.name.rsplit("-", 1)[1]))
+        pod = pods.manifests.pod(record.deployment, record.index)
         for spec, container in zip(pod.containers, record.containers, strict=True):
             name = image_name(spec.image)
             probe = spec.readiness or spec.startup

@@ -53,7 +53,7 @@ def test_every_container_runs_as_its_security_context_says(
     """The uid the manifest sets, every capability dropped, no new privileges, and a root
     file system that refuses writes."""
     for record in pipeline.records.values():
-        pod = pipeline.manifests.pod(record.deployment, int(record.name.rsplit("-", 1)[1]))
+        pod = pipeline.manifests.pod(record.deployment, record.index)
         for spec in pod.containers:
             name = f"{record.name}-{spec.name}"
             status = dict(

@@ -87,7 +87,7 @@ def pipeline_imports(
         )  # fmt: skip
         found[client] |= imported(load.stderr)
         for record in pods.records.values():
-            pod = manifests.pod(record.deployment, int(record.name.rsplit("-", 1)[1]))
+            pod = manifests.pod(record.deployment, record.index)
             for container in (*pod.init_containers, *pod.containers):
                 name = f"{record.name}-{container.name}"
                 logs = engine.run("logs", name, check=False)

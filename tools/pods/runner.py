@@ -1,9 +1,10 @@
 """Start, scale and stop the rendered pods under podman (see :mod:`tools.pods`).
 
-podman is the only state: every pod, volume and the network carry the label ``io.inferline.pods``
+podman is the only state: every pod, container and network carries the label ``io.inferline.pods``
 (the namespace), pods also their Deployment and index, so a later command (or ``down`` after a
-crash) finds what an earlier one made. The runner's own files (endpoints, ConfigMap and Secret
-folders, logs) are under its run folder, ``.run/pods`` by default.
+crash) finds what an earlier one made. The runner's own files (the endpoints file, each pod's
+volumes: folders, tmpfs mounts, ConfigMap and Secret files) are under its run folder,
+``.run/pods`` by default.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,6 @@ from tools.pods.spec import (
     Downward,
     Manifests,
     Pod,
-    SpecError,
     create_args,
     environment,
     selects,
@@ -69,6 +69,7 @@ class ContainerRecord:
 class PodRecord:
     name: str
     deployment: str
+    index: int
     ip: str
     containers: list[ContainerRecord]
     init_s: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -119,7 +120,7 @@ def endpoint_slice(
                     "serving": state in ("ready", "terminating"),
                     "terminating": state == "terminating",
                 },
-                "targetRef": {"kind": "Pod", "name": pod.name, "uid": f"podman-{pod.name}"},
+                "targetRef": {"kind": "Pod", "name": pod.name, "uid": pod.uid},
             }
             for pod, ip, state in members
         ],
@@ -216,7 +217,7 @@ class Cluster:
                 for c in pod.containers
             ]
             self.records[name] = PodRecord(
-                name, deployment, self.pod_ip(name), containers, grace_s=pod.grace_s
+                name, deployment, index, self.pod_ip(name), containers, grace_s=pod.grace_s
             )
 
     def write_endpoints(self) -> dict[str, tuple[Endpoint, ...]]:
@@ -233,7 +234,7 @@ class Cluster:
                 record = self.records.get(name)
                 if record is None or not record.ip:
                     continue
-                pod = self.manifests.pod(record.deployment, int(name.rsplit("-", 1)[1]))
+                pod = self.manifests.pod(record.deployment, record.index)
                 ready = all(c.ready for c in record.containers)
                 state = (
                     "terminating" if name in self.terminating else "ready" if ready else "starting"
@@ -251,8 +252,7 @@ class Cluster:
                     clusters[service] = ()
                     continue
                 weights = {
-                    f"podman-{p.name}": endpointslice.parse_weight(p.weight, p.name)
-                    for p, _, _ in chosen
+                    p.uid: endpointslice.parse_weight(p.weight, p.name) for p, _, _ in chosen
                 }
                 slice_ = endpoint_slice(services[service], chosen)
                 clusters[service] = endpointslice.endpoints([slice_], port_name, weights)
@@ -361,6 +361,7 @@ class Cluster:
         record = PodRecord(
             pod.name,
             deployment,
+            index,
             ip,
             [ContainerRecord(c.name, c.image) for c in pod.containers],
             grace_s=pod.grace_s,
@@ -573,16 +574,3 @@ def leftovers(engine: Engine, run_dir: Path | None = None) -> dict[str, list[str
         found[kind] = listed
     found["mounts"] = [str(p) for p in mounts_under(run_dir)] if run_dir else []
     return found
-
-
-@contextlib.contextmanager
-def running(cluster: Cluster, deployments: Sequence[str]) -> Iterator[Cluster]:
-    """The pods up for a block, and down after it whatever happens in it."""
-    try:
-        cluster.up(deployments)
-        yield cluster
-    finally:
-        cluster.down()
-
-
-__all__ = ["Cluster", "RunError", "SpecError", "leftovers", "running"]

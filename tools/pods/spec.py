@@ -175,6 +175,11 @@ class Pod:
         return f"{self.deployment}-{self.index}"
 
     @property
+    def uid(self) -> str:
+        """Its stand-in for the API server's uid (what an EndpointSlice's targetRef names)."""
+        return f"podman-{self.name}"
+
+    @property
     def images(self) -> list[str]:
         return list(dict.fromkeys(c.image for c in (*self.init_containers, *self.containers)))
 
@@ -330,7 +335,7 @@ def field(path: str, downward: Downward, where: str) -> str:
     simple = {
         "metadata.name": pod.name,
         "metadata.namespace": pod.namespace,
-        "metadata.uid": f"podman-{pod.name}",
+        "metadata.uid": pod.uid,
         "status.podIP": downward.ip,
         "status.podIPs": downward.ip,
         "status.hostIP": downward.ip,
