@@ -74,7 +74,8 @@ def description(stands_for: str, made_of: str) -> str:
 
 def stand_in_of(engine: Engine, reference: str) -> str | None:
     """The image ``reference`` stands in for, if it is (or was built on) a stand-in."""
-    done = engine.run("image", "inspect", "--format", f'{{{{index .Labels "{LABEL}"}}}}', reference)
+    template = f'{{{{index .Config.Labels "{LABEL}"}}}}'  # docker's and podman's field
+    done = engine.run("image", "inspect", "--format", template, reference)
     value = done.stdout.strip()
     return value if value and value != "<no value>" else None
 
@@ -119,6 +120,8 @@ def import_rootfs(
     tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
     argv = engine.argv("import", *(a for c in changes for a in ("--change", c)), "-", reference)
     done = subprocess.run(argv, stdin=tar.stdout, env=engine.environ(), capture_output=True)
+    if tar.stdout is not None:
+        tar.stdout.close()
     tar.wait()
     if done.returncode != 0 or tar.returncode != 0:
         raise StandInError(f"importing {reference}: {done.stderr.decode(errors='replace')}")
