@@ -131,7 +131,7 @@ test: MODELS = efficientnet_lite0 efficientnet_lite2  # the session's stack serv
 test: model ## run every test (unit, service and end-to-end through the real Triton server); make test-containers runs the images
 	$(PY) -m pytest --ignore=tests/containers $(PYTEST_ARGS)
 
-test-containers: model ## build every image (stand-in bases where none can be pulled) and run the rendered cpu overlay's pods under podman: probes, security, a cat over gRPC and REST, scale-up, a GPU pod killed under load, clean stop (~10 min; root, podman)
+test-containers: model ## build every image (stand-in bases where none can be pulled) and run the rendered cpu overlay's pods under podman: probes, security, a cat over gRPC and REST, scale-up, a GPU pod killed under load, clean stop (7 min from nothing, 3-4 with the layer cache; root, podman)
 	$(PY) -m pytest -p no:randomly --timeout=1200 tests/containers $(PYTEST_ARGS)
 
 fuzz: setup ## fuzz every target (image decoding, KServe tensors, REST, video open) for FUZZ_SECONDS each; fails on a crash, hang or memory overrun -> build/fuzz/
