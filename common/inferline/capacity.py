@@ -50,3 +50,8 @@ PREPROCESS_INFLIGHT_REQUESTS = ADMITTED_REQUESTS * FAN_IN
 PREPROCESS_INFLIGHT_BYTES = 512 * MiB
 
 ENVOY_MAX_REQUESTS = 4096  # per cluster: requests in flight and pending, each
+# Retries in flight: at most this share of the requests in flight, and at least this many (a
+# kill -9 resets every request on a replica at once): Envoy's retry budget on every hop, and
+# inferline.retry's on a hop dialled proxyless.
+RETRY_BUDGET_PERCENT = 20.0
+MIN_RETRY_CONCURRENCY = 16

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 from tritonclient.utils import InferenceServerException
+
+# Trailing metadata on every error a service answers (its own, or one it passes up): what a
+# proxyless client must not retry. gRPC's own UNAVAILABLE for a replica that went away (a
+# reset, a refused connection or stream) carries none (inferline.retry).
+ANSWERED = "inferline-answered"
 
 
 class InferError(Exception):
@@ -42,6 +47,12 @@ def from_upstream(exc: InferenceServerException | grpc.RpcError, upstream: str) 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 
+async def abort(context: grpc.aio.ServicerContext[Any, Any], error: InferError) -> NoReturn:
+    """End the call with ``error``'s status, marked as this service's answer (:data:`ANSWERED`)."""
+    await context.abort(error.code, error.message, trailing_metadata=((ANSWERED, "1"),))
+    raise error  # not reached: abort raises
+
+
 def grpc_boundary(method: F) -> F:
     """Decorate a servicer method: an InferError becomes its gRPC status, nothing else leaks."""
 
@@ -50,7 +61,7 @@ def grpc_boundary(method: F) -> F:
         try:
             return await method(self, request, context)
         except InferError as exc:
-            await context.abort(exc.code, exc.message)
+            await abort(context, exc)
 
     return wrapper  # type: ignore[return-value]
 
@@ -70,6 +81,6 @@ def grpc_stream_boundary(method: S) -> S:
             async for response in method(self, requests, context):
                 yield response
         except InferError as exc:
-            await context.abort(exc.code, exc.message)
+            await abort(context, exc)
 
     return wrapper  # type: ignore[return-value]

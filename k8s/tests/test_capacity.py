@@ -77,3 +77,13 @@ def test_no_manifest_overrides_a_bound(target: str) -> None:
     for container in found:
         overridden = sorted(set(container.env()) & set(BOUNDS))
         assert not overridden, f"{container.where} sets {overridden}"
+
+
+def test_envoys_retry_budget_is_the_one_a_proxyless_hop_keeps() -> None:
+    """Envoy's retry budget (the manifests render its defaults) and inferline.retry's, which a
+    hop dialled proxyless keeps, are one budget."""
+    from inferline_envoy.config import EnvoyParams  # noqa: PLC0415 - the tooling, not a service
+
+    params = EnvoyParams()
+    assert params.retry_budget_percent == capacity.RETRY_BUDGET_PERCENT
+    assert params.min_retry_concurrency == capacity.MIN_RETRY_CONCURRENCY

@@ -24,6 +24,13 @@ TRITON, BATCHER, PREPROCESS, MIDDLEMAN = "triton", "batcher", "preprocess", "mid
 SERVICES = (TRITON, BATCHER, PREPROCESS, MIDDLEMAN)
 # Envoy's clusters: one per service, and middleman's REST port (KServe v2 HTTP/REST) beside it.
 MIDDLEMAN_REST = "middleman-rest"
+# What an inner hop may dial proxyless: middleman, the batchers. The public front door stays
+# Envoy's, and so do the leaf hops (the GPU pods, the remote decoders), measured
+# (docs/performance.md, Dialling the inner hops): Envoy's least-request balancing gives a GPU
+# pod of half the speed its share where gRPC's round robin halves the traffic, and Envoy's
+# retries never meet the same broken replica again where round robin's did.
+PROXYLESS_CLUSTERS = (BATCHER,)
+AUTO = "auto"  # StackConfig.proxyless: PROXYLESS_CLUSTERS, or none with TLS
 CLUSTERS = (*SERVICES, MIDDLEMAN_REST)
 # Replica i listens on base + step * i. Triton's 8001 + 10 * 8 would reach Envoy's 8081.
 REPLICA_STEP = {TRITON: 10, BATCHER: 100, PREPROCESS: 100, MIDDLEMAN: 100}
@@ -112,8 +119,12 @@ class StackConfig:
     placement: str = IN_POD
     # True: middleman -> Envoy -> batcher -> Envoy -> Triton. False: middleman -> Envoy -> Triton.
     batcher: bool = True
-    # True: the batcher balances over Triton itself (gRPC's xDS client, xds:///triton).
-    proxyless: bool = False
+    # The clusters an inner hop dials with gRPC's own xDS client (xds:///<cluster>, fed by the
+    # control plane) instead of through Envoy: "batcher" (middleman balances over the batchers
+    # itself: one Envoy traversal less per request, measured in docs/performance.md), "" (every
+    # hop through Envoy), or "auto": "batcher", and "" with tls (a proxyless client presents no
+    # certificate, so mTLS between the services stays Envoy's).
+    proxyless: str = AUTO
     # Prometheus scraping every process, when the `prometheus` binary is installed (Debian's
     # package); the stack runs without it all the same. Its data lives under run_dir. Its port,
     # its configuration, its scrape interval.
@@ -123,8 +134,8 @@ class StackConfig:
     scrape_interval_s: float = 5.0
     # TLS: Envoy's public listener serves TLS, and Envoy reaches middleman, preprocess, the
     # batcher and Triton over mTLS (their own ports require its client certificate;
-    # docs/reliability.md); not with proxyless. The services' calls to Envoy's loopback listeners
-    # stay plaintext.
+    # docs/reliability.md), so middleman dials the batchers through Envoy then (proxyless "auto").
+    # The services' calls to Envoy's loopback listeners stay plaintext.
     tls: bool = False
     # The certificates ("": run_dir/certs), made by `make certs` (inferline_stack.certs); `up`
     # makes any missing.
@@ -160,18 +171,20 @@ class StackConfig:
             shlex.split(self.triton_args)
         except ValueError as exc:
             require(False, PREFIX, "triton_args", f"cannot be split like a shell line: {exc}")
+        unknown = set(self.proxyless_clusters) - set(PROXYLESS_CLUSTERS)
         require(
-            self.batcher or not self.proxyless,
+            not unknown,
             PREFIX,
             "proxyless",
-            "proxyless gRPC is how the batcher reaches Triton: it needs batcher=true",
+            f"names the clusters an inner hop dials proxyless: {', '.join(PROXYLESS_CLUSTERS)}, "
+            "or none (the leaf hops stay Envoy's; docs/performance.md says why)",
         )
         require(
-            not (self.tls and self.proxyless),
+            not (self.tls and self.proxyless_clusters),
             PREFIX,
             "tls",
-            "mTLS to Triton goes through Envoy; proxyless gRPC (the batcher dialling Triton "
-            "itself) has no client certificate: set one of them false",
+            "mTLS between the services goes through Envoy; a proxyless hop (gRPC's xDS client) "
+            "has no client certificate: set proxyless empty, or tls false",
         )
         require(self.envoy_workers >= 0, PREFIX, "envoy_workers", "must be >= 0 (0: automatic)")
         require(self.scrape_interval_s > 0, PREFIX, "scrape_interval_s", "must be positive")
@@ -238,6 +251,17 @@ class StackConfig:
 
     def listener(self, cluster: str) -> str:
         return f"127.0.0.1:{dict(self.listeners)[cluster]}"
+
+    @property
+    def proxyless_clusters(self) -> tuple[str, ...]:
+        if self.proxyless == AUTO:
+            return () if self.tls else PROXYLESS_CLUSTERS
+        return tuple(name.strip() for name in self.proxyless.split(",") if name.strip())
+
+    def upstream(self, cluster: str) -> str:
+        """How an inner hop dials ``cluster``: Envoy's listener for it, or ``xds:///<cluster>``
+        (gRPC's xDS client balances over its replicas) where it is proxyless."""
+        return f"xds:///{cluster}" if cluster in self.proxyless_clusters else self.listener(cluster)
 
     def replica_ports(self, service: str, index: int) -> tuple[int, ...]:
         """The ports of replica ``index`` of ``service`` (gRPC first, then the others)."""

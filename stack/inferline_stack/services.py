@@ -48,6 +48,7 @@ HOST = "127.0.0.1"  # every process of the local stack listens on loopback only
 ZONE = "local"
 REPLICA_NAME = re.compile(r"^([a-z]+)-([0-9]+)$")
 SHM_PREFIX = "inferline"  # in-pod: the pods' rings (shm_prefix)
+XDS_BOOTSTRAP = "xds-bootstrap.json"  # gRPC's xDS bootstrap, for the hops dialled proxyless
 
 
 @dataclass(frozen=True)
@@ -200,7 +201,7 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
         env.update(
             settings(
                 MIDDLEMAN,
-                triton_url=config.listener(upstream),
+                triton_url=config.upstream(upstream),
                 triton_model=config.model,
                 repository=config.model_repository,
                 models=",".join(models[1:]),
@@ -209,6 +210,7 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
                 rest_port=rest_port[0],
             )
         )
+        env.update(xds_bootstrap_env(config, upstream))
     return Service(
         name=name,
         argv=python(service),
@@ -314,26 +316,24 @@ def capacity_env(service: str) -> dict[str, str]:
 
 
 def batcher_upstream(config: StackConfig) -> dict[str, str]:
-    """Envoy's Triton listener, or (proxyless) ``xds:///triton`` with gRPC's xDS bootstrap."""
+    """Envoy's Triton listener (the batch hop stays Envoy's: config.PROXYLESS_CLUSTERS)."""
     # At most one batch in flight per Triton replica the stack may scale to; the batcher's
     # adaptive limit keeps fewer while they queue at the replicas running now. Overridable.
     inflight = settings(BATCHER, max_inflight=MAX_REPLICAS)
     inflight = {name: os.environ.get(name, value) for name, value in inflight.items()}
-    if not config.proxyless:
-        return {**settings(BATCHER, upstream_url=config.listener(TRITON)), **inflight}
-    bootstrap = run_path(config, "xds-bootstrap.json").resolve()
-    return {
-        **settings(BATCHER, upstream_url=f"xds:///{TRITON}"),
-        proxyless.BOOTSTRAP_FILE_ENV: str(bootstrap),
-        **inflight,
-    }
+    return {**settings(BATCHER, upstream_url=config.listener(TRITON)), **inflight}
+
+
+def xds_bootstrap_env(config: StackConfig, dialled: str) -> dict[str, str]:
+    """gRPC's xDS bootstrap for a service that dials ``dialled`` proxyless."""
+    if dialled not in config.proxyless_clusters:
+        return {}
+    return {proxyless.BOOTSTRAP_FILE_ENV: str(run_path(config, XDS_BOOTSTRAP).resolve())}
 
 
 def write_xds_bootstrap(config: StackConfig) -> None:
-    if config.proxyless:
-        proxyless.write_bootstrap(
-            run_path(config, "xds-bootstrap.json"), f"{HOST}:{config.eds_port}", "inferline-batcher"
-        )
+    if config.proxyless_clusters:
+        proxyless.write_bootstrap(run_path(config, XDS_BOOTSTRAP), f"{HOST}:{config.eds_port}")
 
 
 def eds(config: StackConfig) -> Service:
@@ -371,6 +371,8 @@ def envoy_params(config: StackConfig) -> envoy_config.EnvoyParams:
         max_requests=capacity.ENVOY_MAX_REQUESTS,
         max_pending_requests=capacity.ENVOY_MAX_REQUESTS,
         retry_buffer_bytes=capacity.INNER_MESSAGE_BYTES,
+        retry_budget_percent=capacity.RETRY_BUDGET_PERCENT,
+        min_retry_concurrency=capacity.MIN_RETRY_CONCURRENCY,
         shed=config.shed,
     )
     if config.auth:

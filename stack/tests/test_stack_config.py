@@ -43,10 +43,10 @@ def test_bad_settings_fail_by_name() -> None:
         match="INFERLINE_STACK_BATCHER_PORT: port 8091 is also INFERLINE_STACK_PREPROCESS_PORT",
     ):
         StackConfig(batcher_port=8091)
-    with pytest.raises(ConfigError, match="INFERLINE_STACK_PROXYLESS"):
-        StackConfig(batcher=False, proxyless=True)
-    with pytest.raises(ConfigError, match="INFERLINE_STACK_TLS: mTLS to Triton goes through"):
-        StackConfig(tls=True, proxyless=True)
+    with pytest.raises(ConfigError, match="INFERLINE_STACK_PROXYLESS: names the clusters"):
+        StackConfig(proxyless="batcher,triton")
+    with pytest.raises(ConfigError, match="INFERLINE_STACK_TLS: mTLS between the services"):
+        StackConfig(tls=True, proxyless="batcher")
     with pytest.raises(ConfigError, match="INFERLINE_STACK_TRITON_ARGS"):
         StackConfig(triton_args="--simulated-t0-ms '40")
     with pytest.raises(ConfigError, match="INFERLINE_STACK_PLACEMENT"):
@@ -107,12 +107,14 @@ def env(config: StackConfig, service: str) -> dict[str, str]:
     return services.replica(config, service, 0).env
 
 
-def test_every_hop_goes_through_envoy() -> None:
+def test_every_hop_but_middleman_to_the_batchers_goes_through_envoy() -> None:
     config = StackConfig()  # in-pod
     assert config.services == ("triton", "batcher", "middleman")
     middleman = env(config, "middleman")
     assert middleman["INFERLINE_MIDDLEMAN_PORT"] == "8090"
-    assert middleman["INFERLINE_MIDDLEMAN_TRITON_URL"] == "127.0.0.1:8082"  # the batcher
+    assert middleman["INFERLINE_MIDDLEMAN_TRITON_URL"] == "xds:///batcher"  # proxyless
+    tls = env(StackConfig(tls=True, run_dir="/tmp/tls-stack"), "middleman")
+    assert tls["INFERLINE_MIDDLEMAN_TRITON_URL"] == "127.0.0.1:8082"  # mTLS: Envoy's
     assert middleman["INFERLINE_MIDDLEMAN_PLACEMENT"] == "in-pod"
     assert middleman["INFERLINE_MIDDLEMAN_PREPROCESS_URL"] == ""
     assert env(config, "batcher")["INFERLINE_BATCHER_UPSTREAM_URL"] == "127.0.0.1:8083"
@@ -150,11 +152,17 @@ def test_triton_args_reach_every_replica() -> None:
     assert argv[-2:] == ["--simulated-t0-ms", "40"] and "--model=simulated_gpu" in argv
 
 
-def test_proxyless_batcher_dials_xds(tmp_path: Path) -> None:
-    config = StackConfig(run_dir=str(tmp_path), proxyless=True)
-    batcher = env(config, "batcher")
-    assert batcher["INFERLINE_BATCHER_UPSTREAM_URL"] == "xds:///triton"
-    assert batcher["GRPC_XDS_BOOTSTRAP"] == str(tmp_path.resolve() / "xds-bootstrap.json")
+def test_middleman_dials_the_batchers_over_xds_when_they_are_proxyless(tmp_path: Path) -> None:
+    bootstrap = str(tmp_path.resolve() / "xds-bootstrap.json")
+    config = StackConfig(run_dir=str(tmp_path), proxyless="batcher")
+    batcher, middleman = env(config, "batcher"), env(config, "middleman")
+    assert middleman["INFERLINE_MIDDLEMAN_TRITON_URL"] == "xds:///batcher"
+    assert middleman["GRPC_XDS_BOOTSTRAP"] == bootstrap
+    assert batcher["INFERLINE_BATCHER_UPSTREAM_URL"] == "127.0.0.1:8083"  # the batch hop: Envoy
+    assert "GRPC_XDS_BOOTSTRAP" not in batcher
+    envoy = env(StackConfig(run_dir=str(tmp_path), proxyless=""), "middleman")
+    assert envoy["INFERLINE_MIDDLEMAN_TRITON_URL"] == "127.0.0.1:8082"
+    assert "GRPC_XDS_BOOTSTRAP" not in envoy
     services.write_xds_bootstrap(config)
     assert "127.0.0.1:18000" in (tmp_path / "xds-bootstrap.json").read_text()
 

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import urllib.request
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -155,10 +156,30 @@ def signal_all(pids: Sequence[int], signum: int) -> None:
             os.kill(pid, signum)
 
 
-async def routed(config: StackConfig, cluster: str, port: int) -> int:
-    """Requests Envoy has sent the replica at ``port`` of ``cluster`` (0: not there)."""
-    hosts = (await envoy_admin.clusters(config.admin_url)).get(cluster, [])
-    return next((h.rq_total for h in hosts if h.port == port), 0)
+async def routed(config: StackConfig, replica: services.Service) -> int:
+    """Requests sent to ``replica`` (0: not there): Envoy's count, or for a cluster dialled
+    proxyless (no Envoy in between) the ModelInfer calls the replica itself has taken."""
+    if replica.cluster in config.proxyless_clusters:
+        return await asyncio.to_thread(taken, replica)
+    hosts = (await envoy_admin.clusters(config.admin_url)).get(replica.cluster or "", [])
+    return next((h.rq_total for h in hosts if h.port == replica.port), 0)
+
+
+def taken(replica: services.Service) -> int:
+    """ModelInfer calls ``replica`` has handled, from its own /metrics."""
+    name = f"inferline_{replica.name.rsplit('-', 1)[0]}_grpc_requests_total{{"
+    try:
+        with urllib.request.urlopen(replica.metrics, timeout=2) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return 0
+    return int(
+        sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(name) and 'method="ModelInfer"' in line
+        )
+    )
 
 
 async def with_replicas(config: StackConfig, replicas: int = REPLICAS) -> None:
@@ -191,18 +212,25 @@ async def lose_one(
         raise AssertionError(f"{replica_name(service, 1)} is not running")
     loop = asyncio.get_running_loop()
     target = f"{HOST}:{config.public_port}"
+    proxyless = cluster in config.proxyless_clusters
     async with closed_loop(target, images, concurrency, timeout_s) as load:
-        start = await routed(config, cluster, port)
+        start = await routed(config, replica)
 
         async def replica_busy() -> bool:  # it has work when it is lost
-            return await routed(config, cluster, port) >= start + 5 and load.answered >= 20
+            return await routed(config, replica) >= start + 5 and load.answered >= 20
 
         await wait_for(replica_busy, WAIT_S, f"requests at {replica.name}")
         hit = victims(tier, fault, pgid)
-        served = await routed(config, cluster, port)
+        served = await routed(config, replica)
         lost = loop.time()
+        answered = load.answered
         signal_all(hit, signal.SIGKILL if fault == KILL else signal.SIGSTOP)
-        await envoy_admin.wait_gone(config.admin_url, cluster, HOST, port, WAIT_S)
+        if proxyless:  # no Envoy to ask: detected once the callers are answered again
+            await wait_for_state(
+                lambda: load.answered >= answered + concurrency, WAIT_S, "answers after the loss"
+            )
+        else:
+            await envoy_admin.wait_gone(config.admin_url, cluster, HOST, port, WAIT_S)
         detected = loop.time() - lost
         answered = load.answered
         await wait_for_state(
@@ -210,7 +238,15 @@ async def lose_one(
         )
     if fault == STOP:
         signal_all(hit, signal.SIGCONT)
-        await envoy_admin.wait_routable(config.admin_url, cluster, HOST, port, WAIT_S)
+        if proxyless:
+
+            async def serving_again() -> bool:
+                return await routed(config, replica) > served
+
+            async with closed_loop(target, images, concurrency, timeout_s):
+                await wait_for(serving_again, WAIT_S, f"requests at {replica.name} again")
+        else:
+            await envoy_admin.wait_routable(config.admin_url, cluster, HOST, port, WAIT_S)
     else:  # a pod whose Triton died stops itself, gracefully: replaced once it is gone (as the
         # stack sees it: its process; what its Triton leaves behind, `make scale` frees)
         name = replica_name(service, 1)

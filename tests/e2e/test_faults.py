@@ -11,6 +11,9 @@ sent is counted, the ones in flight on the lost replica included.
 * SIGSTOP: the replica hangs with its sockets open. Envoy's HTTP/2 pings find it within about
   2 s and reset its connections, so what was in flight is retried elsewhere; only a request
   whose deadline is shorter than that could fail, and these have 10 s.
+
+Each runs with every inner hop through Envoy, and with middleman dialling the batchers proxyless
+(then middleman's own keepalive PINGs and its one retry, :mod:`inferline.retry`, do Envoy's part).
 """
 
 from __future__ import annotations
@@ -29,9 +32,18 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def fault_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackConfig]:
-    with own_stack(tmp_path_factory.mktemp("faults"), "fault", model="simulated_gpu") as config:
+# Both ways an inner hop dials: through Envoy (its retries, PINGs and health checks) and
+# proxyless (middleman's own: inferline.retry, keepalive PINGs, the control plane's health).
+DIALS = {"through Envoy": "", "middleman to the batchers proxyless": "batcher"}
+
+
+@pytest.fixture(scope="module", params=list(DIALS.values()), ids=list(DIALS))
+def fault_stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[StackConfig]:
+    with own_stack(
+        tmp_path_factory.mktemp("faults"), "fault", model="simulated_gpu", proxyless=request.param
+    ) as config:
         yield config
 
 

@@ -1,8 +1,9 @@
-"""The proxyless variant of the local stack: the batcher balances over the Triton replicas
-itself (``xds:///triton``, gRPC's xDS client fed by control/eds) instead of through Envoy.
+"""Middleman dials the batchers proxyless (``xds:///batcher``: gRPC's xDS client fed by
+control/eds, no Envoy in between) and balances over them itself while the batcher scales
+1 → 2 → 1 under the demo client's load: the new batcher takes requests, the drained one is left
+without losing any.
 
-Simulated GPU model (its answers are not a real classification); load from the demo client
-through the public endpoint while Triton scales 1 → 2 → 1.
+Simulated GPU model (its answers are not a real classification).
 """
 
 from __future__ import annotations
@@ -30,47 +31,45 @@ WAIT_S = 60.0  # generous: only bounds how long a broken run takes to fail
 @pytest.fixture(scope="module")
 def proxyless_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackConfig]:
     with own_stack(
-        tmp_path_factory.mktemp("proxyless"), "proxyless",
-        model="simulated_gpu", placement="in-process", proxyless=True,
-    ) as config:  # fmt: skip
+        tmp_path_factory.mktemp("proxyless"),
+        "proxyless",
+        model="simulated_gpu",
+        proxyless="batcher",
+    ) as config:
         yield config
 
 
-def served(config: StackConfig, replica: int) -> float:
-    """Successful inferences of Triton replica ``replica``, from its own /metrics."""
-    port = config.replica_ports("triton", replica)[2]
+def taken(config: StackConfig, replica: int) -> float:
+    """ModelInfer calls batcher replica ``replica`` has handled, from its own /metrics."""
+    port = config.replica_ports("batcher", replica)[1]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text = response.read().decode()
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        if line.startswith("nv_inference_request_success{")
+        if line.startswith("inferline_batcher_grpc_requests_total{")
+        and 'method="ModelInfer"' in line
     )
 
 
-async def test_the_batcher_balances_over_triton_itself(proxyless_stack: StackConfig) -> None:
+async def test_middleman_balances_over_the_batchers_itself(proxyless_stack: StackConfig) -> None:
     config = proxyless_stack
     table = ProcessTable(Path(config.run_dir))
-    assert await asyncio.to_thread(scale, config, table, "triton", 1) == 0  # from one replica
+    assert await asyncio.to_thread(scale, config, table, "batcher", 1) == 0
     images = [media.encode(media.photo("chelsea")[:96, :128])]
     async with load(
         f"127.0.0.1:{config.public_port}", concurrency=8, timeout_s=30.0, images=images
     ) as recorder:
         await flowing(recorder)
-        assert await asyncio.to_thread(scale, config, table, "triton", 2) == 0
-        first = await asyncio.to_thread(served, config, 1)
+        assert await asyncio.to_thread(scale, config, table, "batcher", 2) == 0
 
-        async def triton_1_serves() -> bool:  # the batcher's own xDS client found it
-            return await asyncio.to_thread(served, config, 1) >= first + 50
+        async def batcher_1_serves() -> bool:  # middleman's own xDS client found it
+            return await asyncio.to_thread(taken, config, 1) >= 50
 
-        await wait_for(triton_1_serves, WAIT_S, "50 inferences at triton-1 from the batcher")
-        assert await asyncio.to_thread(scale, config, table, "triton", 1) == 0
-        at_triton_0 = await asyncio.to_thread(served, config, 0)
-        await flowing(recorder, 100)  # still flowing on triton-0 alone
+        await wait_for(batcher_1_serves, WAIT_S, "50 requests at batcher-1 from middleman")
+        assert await asyncio.to_thread(scale, config, table, "batcher", 1) == 0
+        at_batcher_0 = await asyncio.to_thread(taken, config, 0)
+        await flowing(recorder, 100)  # still flowing on batcher-0 alone
     print(recorder.summary())
     assert recorder.errors == 0, recorder.errors_by_code
-
-    async def triton_0_served() -> bool:  # (Triton's statistics may trail its answers)
-        return await asyncio.to_thread(served, config, 0) > at_triton_0
-
-    await wait_for(triton_0_served, WAIT_S, "triton-0 serving after the scale-down")
+    assert await asyncio.to_thread(taken, config, 0) > at_batcher_0

@@ -87,9 +87,9 @@ class ProxylessSettings:
     """What the Cluster and route resources for proxyless gRPC clients say."""
 
     connect_timeout_s: float = 1.0
-    # gRPC retries these status codes itself (A44), like Envoy's retry policy on UNAVAILABLE.
-    retry_on: str = "unavailable"
-    num_retries: int = 3
+    # No retry policy: gRPC's (A44) would retry every UNAVAILABLE, those relayed from further
+    # down (retried there already) included, with no budget. A proxyless client retries once
+    # itself, within a budget, what its replica failed (inferline.retry): one layer retries.
 
 
 def cluster_load_assignment(state: ClusterState) -> endpoint_v3.ClusterLoadAssignment:
@@ -141,15 +141,7 @@ def cluster(name: str, settings: ProxylessSettings) -> cluster_v3.Cluster:
 
 
 def route_configuration(name: str, settings: ProxylessSettings) -> route_v3.RouteConfiguration:
-    """Everything to cluster ``name``, retrying UNAVAILABLE (inference is idempotent)."""
-    retry = route_v3.RetryPolicy(
-        retry_on=settings.retry_on,
-        num_retries=settings.num_retries,
-        retry_back_off=route_v3.RetryPolicyRetryBackOff(
-            base_interval=datetime.timedelta(milliseconds=25),
-            max_interval=datetime.timedelta(milliseconds=250),
-        ),
-    )
+    """Everything to cluster ``name``; no retries (see :class:`ProxylessSettings`)."""
     return route_v3.RouteConfiguration(
         name=name,
         virtual_hosts=[
@@ -159,7 +151,7 @@ def route_configuration(name: str, settings: ProxylessSettings) -> route_v3.Rout
                 routes=[
                     route_v3.Route(
                         match=route_v3.RouteMatch(prefix=""),
-                        route=route_v3.RouteAction(cluster=name, retry_policy=retry),
+                        route=route_v3.RouteAction(cluster=name),
                     )
                 ],
             )

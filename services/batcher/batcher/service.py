@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, NoReturn, TypeAlias
+from typing import Any, TypeAlias
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -18,7 +18,7 @@ from tritonclient.grpc import service_pb2
 
 from batcher.scheduler import Batchers
 from batcher.upstream import SERVICE, Upstream
-from inferline.errors import InferError, from_upstream, grpc_boundary, invalid
+from inferline.errors import abort, from_upstream, grpc_boundary, invalid
 from inferline.metrics import name_model
 
 logger = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class BatcherService:
                 )
             except grpc.aio.AioRpcError as exc:
                 error = from_upstream(exc, self.upstream.name)
-            return await _abort(context, error)
+            return await abort(context, error)
 
         return forward
 
@@ -111,11 +111,6 @@ class BatcherService:
                 async for response in responses:
                     yield response
             except grpc.aio.AioRpcError as exc:
-                await _abort(context, from_upstream(exc, self.upstream.name))
+                await abort(context, from_upstream(exc, self.upstream.name))
 
         return forward
-
-
-async def _abort(context: Context, error: InferError) -> NoReturn:
-    await context.abort(error.code, error.message)
-    raise error  # not reached: abort raises

@@ -7,13 +7,15 @@ once, keeping the upstream's status and naming the upstream.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import grpc
+from prometheus_client import Counter
 from tritonclient.grpc import service_pb2
 
+from inferline import dial, retry
 from inferline.errors import from_upstream
-from inferline.server import channel_options
 
 SERVICE = "inference.GRPCInferenceService"
 
@@ -22,11 +24,20 @@ def method_path(method: str) -> str:
     return f"/{SERVICE}/{method}"
 
 
+RETRIES = Counter(
+    "inferline_batcher_upstream_retries_total",
+    "The upstream dialled proxyless: batches retried on another replica (a replica went away), "
+    "and retries its budget refused",
+    ["outcome"],
+)
+
+
 class Upstream:
     def __init__(self, url: str, max_message_bytes: int) -> None:
         self.url = url
         self.name = f"upstream {url}"
-        self.channel = grpc.aio.insecure_channel(url, options=channel_options(max_message_bytes))
+        self.channel = dial.channel(url, max_message_bytes)
+        self.budget = dial.retry_budget(url)
         self._infer = self.channel.unary_unary(method_path("ModelInfer"))
         self._config = self.channel.unary_unary(
             method_path("ModelConfig"),
@@ -36,10 +47,17 @@ class Upstream:
 
     async def infer(self, request: bytes, time_left: float) -> bytes:
         """One ModelInfer call (serialized request in, serialized response out); a failure
-        raises InferError with the upstream's status. Never retried here: Envoy's hop in front
-        of the pool retries on another replica, within a budget (one layer retries)."""
+        raises InferError with the upstream's status. Retried here only when the pool is dialled
+        proxyless; otherwise Envoy's hop in front of it retries (one layer retries)."""
+        deadline = time.monotonic() + time_left
+
+        async def attempt() -> bytes:
+            return bytes(await self._infer(request, timeout=max(0.0, deadline - time.monotonic())))
+
         try:
-            return bytes(await self._infer(request, timeout=time_left))
+            return await retry.once(
+                self.budget, attempt, lambda outcome: RETRIES.labels(outcome).inc()
+            )
         except grpc.aio.AioRpcError as exc:
             raise from_upstream(exc, self.name) from None
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 import grpc
 import numpy as np
@@ -21,16 +22,24 @@ import numpy.typing as npt
 from prometheus_client import Counter
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from inferline import kserve, preprocessing
+from inferline import dial, kserve, preprocessing, retry
 from inferline.errors import InferError, from_upstream, invalid
 from inferline.imaging.decode import DecodeError, Geometry, Limits, check_size, decode_image
-from inferline.server import channel_options
 from middleman.classifiers import Classifier
 
 logger = logging.getLogger(__name__)
 
+Request: TypeAlias = service_pb2.ModelInferRequest
+Response: TypeAlias = service_pb2.ModelInferResponse
+
 DECODE_ERRORS = Counter(
     "inferline_middleman_decode_errors_total", "Images refused by decoding, by kind", ["kind"]
+)
+RETRIES = Counter(
+    "inferline_middleman_upstream_retries_total",
+    "A hop dialled proxyless: requests retried on another replica (a replica went away), and "
+    "retries its budget refused",
+    ["upstream", "outcome"],
 )
 
 
@@ -101,8 +110,10 @@ class RemotePreprocessor:
 
     def __init__(self, url: str, limits: Limits) -> None:
         self.url, self.limits = url, limits
-        self.channel = grpc.aio.insecure_channel(url, options=channel_options())
+        self.channel = dial.channel(url)
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
+        self.budget = dial.retry_budget(url)
+        self._retried = retry_counter("preprocess")
 
     async def __call__(
         self, images: Sequence[bytes], geometry: Geometry, time_left: float
@@ -112,7 +123,9 @@ class RemotePreprocessor:
         request.outputs.add(name=preprocessing.ERRORS)
         request.outputs.add(name=preprocessing.TENSOR)
         try:
-            response = await self.stub.ModelInfer(request, timeout=time_left)
+            response = await retry.once(
+                self.budget, _attempt(self.stub.ModelInfer, request, time_left), self._retried
+            )
         except grpc.aio.AioRpcError as exc:
             raise from_upstream(exc, f"preprocess at {self.url}") from None
         tensors = {t.name: (t, i) for i, t in enumerate(response.outputs)}
@@ -145,8 +158,10 @@ class TritonUpstream:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.channel = grpc.aio.insecure_channel(url, options=channel_options())
+        self.channel = dial.channel(url)
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
+        self.budget = dial.retry_budget(url)
+        self._retried = retry_counter("inference")
 
     async def infer(
         self, model: Classifier, pixels: Pixels, time_left: float
@@ -176,7 +191,9 @@ class TritonUpstream:
         errors: bool = False,
     ) -> npt.NDArray[np.float32]:
         try:
-            response = await self.stub.ModelInfer(request, timeout=time_left)
+            response = await retry.once(
+                self.budget, _attempt(self.stub.ModelInfer, request, time_left), self._retried
+            )
             if errors:
                 raise_refused(response, "in-pod")
             output = kserve.output_array(response, model.output)
@@ -212,6 +229,22 @@ class TritonUpstream:
 
     async def close(self) -> None:
         await self.channel.close()
+
+
+def retry_counter(upstream: str) -> retry.Count:
+    return lambda outcome: RETRIES.labels(upstream, outcome).inc()
+
+
+def _attempt(
+    call: Callable[..., Awaitable[Response]], request: Request, time_left: float
+) -> Callable[[], Awaitable[Response]]:
+    """One attempt of ``call`` within what is left of ``time_left`` (from now)."""
+    deadline = time.monotonic() + time_left
+
+    def attempt() -> Awaitable[Response]:
+        return call(request, timeout=max(0.0, deadline - time.monotonic()))
+
+    return attempt
 
 
 def geometry_parameters(geometry: Geometry) -> dict[str, int]:

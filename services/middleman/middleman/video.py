@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from inferline import kserve, preprocessing
+from inferline import dial, kserve, preprocessing
 from inferline.errors import InferError, from_upstream, invalid
 from inferline.imaging.decode import DecodeError, Geometry
 from inferline.imaging.streaming import VideoReader, read_as_decoded, read_chunks
@@ -43,7 +43,6 @@ from inferline.sequence import (
     IncompleteSequence,
     spooled,
 )
-from inferline.server import channel_options
 from inferline.tensors import join_bytes
 from middleman.budget import Budget
 from middleman.classifiers import Classifier
@@ -183,7 +182,7 @@ class RemoteFrames:
 
     def __init__(self, url: str, geometry: Geometry) -> None:
         self.url, self.geometry = url, geometry
-        self.channel = grpc.aio.insecure_channel(url, options=channel_options())
+        self.channel = dial.channel(url)
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
 
     @contextlib.asynccontextmanager

@@ -1,0 +1,89 @@
+"""One retry, on another replica, for a hop dialled proxyless (gRPC's own xDS client).
+
+Through Envoy, an inner hop's retries are Envoy's: a request that met a replica going away (a
+reset, a refused connection or stream) is retried on another host, within a budget, and an
+error a replica answered is passed up as it is (inferline_envoy.config's RETRY_ON_HOP). A hop
+dialled proxyless (middleman to the batchers) has no Envoy, so its client does the same, once,
+here, and nothing else retries it (one layer retries):
+
+* what is retried: UNAVAILABLE that no replica answered. Every error a service answers carries
+  the trailing metadata :data:`inferline.errors.ANSWERED`; gRPC's own UNAVAILABLE for a reset
+  or a refused connection or stream carries none.
+* the budget: retries in flight stay within :data:`~inferline.capacity.RETRY_BUDGET_PERCENT`
+  of the requests in flight, and at least :data:`~inferline.capacity.MIN_RETRY_CONCURRENCY`
+  (Envoy's retry budget, the same figures), so a failing pool sees a bounded share of extra
+  attempts.
+
+gRPC retries a call that never left the client on its own (A6 transparent retries), and its
+balancer skips a replica whose connection failed, so the retry meets another replica: what is
+left here is the call in flight when its replica died or hung (a keepalive PING it did not
+answer closes the connection).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import grpc
+
+from inferline import capacity
+from inferline.errors import ANSWERED
+
+T = TypeVar("T")
+Count = Callable[[str], object]  # told RETRIED or REFUSED: a counter's label
+RETRIED, REFUSED = "retried", "refused"  # a retry made; one the budget refused
+
+
+def retryable(error: grpc.aio.AioRpcError) -> bool:
+    """Whether ``error`` is a replica that went away (retry it on another), not its answer."""
+    if error.code() != grpc.StatusCode.UNAVAILABLE:
+        return False
+    return not any(key == ANSWERED for key, _ in error.trailing_metadata() or ())
+
+
+class RetryBudget:
+    """Retries in flight at most ``percent`` % of the requests in flight (at least
+    ``min_concurrency``)."""
+
+    def __init__(
+        self,
+        percent: float = capacity.RETRY_BUDGET_PERCENT,
+        min_concurrency: int = capacity.MIN_RETRY_CONCURRENCY,
+    ) -> None:
+        self.percent, self.min_concurrency = percent, min_concurrency
+        self.requests = 0
+        self.retries = 0
+
+    def allows(self) -> bool:
+        return self.retries < max(self.min_concurrency, self.requests * self.percent / 100)
+
+    async def call(self, attempt: Callable[[], Awaitable[T]], count: Count) -> T:
+        """``attempt()``, and once more if the first failed :func:`retryable` and the budget
+        allows; otherwise its error as it is. ``count`` is told each retry, ``"retried"``, and
+        each the budget refused, ``"refused"`` (a metric's label)."""
+        self.requests += 1
+        try:
+            try:
+                return await attempt()
+            except grpc.aio.AioRpcError as error:
+                if not retryable(error):
+                    raise
+                if not self.allows():
+                    count(REFUSED)
+                    raise
+            count(RETRIED)
+            self.retries += 1
+            try:
+                return await attempt()
+            finally:
+                self.retries -= 1
+        finally:
+            self.requests -= 1
+
+
+async def once(budget: RetryBudget | None, attempt: Callable[[], Awaitable[T]], count: Count) -> T:
+    """``attempt()`` retried within ``budget`` (None: a hop through Envoy, which retries it)."""
+    if budget is None:
+        return await attempt()
+    return await budget.call(attempt, count)
