@@ -99,8 +99,12 @@ def split_bytes(buffer: bytes) -> list[bytes]:
     return items
 
 
-def join_bytes(items: Iterable[bytes]) -> bytes:
-    return b"".join(struct.pack("<I", len(item)) + item for item in items)
+def join_bytes(items: Iterable[bytes | memoryview]) -> bytes:
+    """Length-prefixed elements, as a BYTES tensor's raw contents: each item copied once."""
+    parts: list[bytes | memoryview] = []
+    for item in items:
+        parts += (struct.pack("<I", len(item)), item)
+    return b"".join(parts)
 
 
 def raw_fits(datatype: str, shape: Sequence[int], raw: bytes) -> bool:

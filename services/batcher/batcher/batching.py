@@ -130,23 +130,84 @@ def raw_contents(request: Request, index: int) -> bytes:
     return np.asarray(getattr(tensor.contents, field), dtype=dtype).tobytes()
 
 
-def merge(requests: Sequence[Request]) -> Request:
-    """One request holding ``requests`` (same key) along dim 0, in order."""
+def merge(requests: Sequence[Request], raws: Sequence[bytes] | None = None) -> bytes:
+    """One serialized request holding ``requests`` (same key) along dim 0, in order.
+
+    ``raws``: how each request arrived. Their raw input contents then go into the merged
+    request as views of those bytes, copied once, into the merged message itself: no message per
+    request is built or serialized again (:func:`raw_input_views`)."""
     first = requests[0]
     merged = Request(model_name=first.model_name, model_version=first.model_version)
     _copy_map(first.parameters, merged.parameters)
     merged.outputs.extend(first.outputs)
     total = sum(r.inputs[0].shape[0] for r in requests)
+    arrived: Sequence[bytes | None] = raws if raws is not None else [None] * len(requests)
+    views = [
+        raw_input_views(raw) if raw is not None and r.raw_input_contents else None
+        for r, raw in zip(requests, arrived, strict=True)
+    ]
+    contents: list[bytes | memoryview] = []
     for tensor in first.inputs:
         out = merged.inputs.add(name=tensor.name, datatype=tensor.datatype)
         out.shape.extend([total, *tensor.shape[1:]])
         _copy_map(tensor.parameters, out.parameters)
         parts = []
-        for request in requests:
+        for request, raw_views in zip(requests, views, strict=True):
             index = _input_index(request, tensor.name)
-            parts.append(raw_contents(request, index))
-        merged.raw_input_contents.append(b"".join(parts))
-    return merged
+            parts.append(raw_contents(request, index) if raw_views is None else raw_views[index])
+        contents += (_RAW_INPUT_TAG, _varint(sum(map(len, parts))), *parts)
+    return b"".join([merged.SerializeToString(), *contents])
+
+
+# ModelInferRequest.raw_input_contents: field 7, length-delimited.
+_RAW_INPUT_FIELD = 7
+_RAW_INPUT_TAG = bytes([_RAW_INPUT_FIELD << 3 | 2])
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _read_varint(data: memoryview, offset: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        if offset >= len(data) or shift > 63:
+            raise ValueError("truncated or overlong varint")
+        byte = data[offset]
+        value |= (byte & 0x7F) << shift
+        offset, shift = offset + 1, shift + 7
+        if not byte & 0x80:
+            return value, offset
+
+
+def raw_input_views(raw: bytes) -> list[memoryview]:
+    """The ``raw_input_contents`` of a serialized ModelInferRequest, in order, as views of
+    ``raw``: the protobuf wire format's top-level fields read, the others skipped."""
+    data, offset, found = memoryview(raw), 0, []
+    while offset < len(data):
+        key, offset = _read_varint(data, offset)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            _, offset = _read_varint(data, offset)
+        elif wire == 1:
+            offset += 8
+        elif wire == 5:
+            offset += 4
+        elif wire == 2:
+            length, offset = _read_varint(data, offset)
+            if field == _RAW_INPUT_FIELD:
+                found.append(data[offset : offset + length])
+            offset += length
+        else:
+            raise ValueError(f"wire type {wire} in a ModelInferRequest")
+        if offset > len(data):
+            raise ValueError("a field runs past the end of the request")
+    return found
 
 
 def split(response: Response, sizes: Sequence[int], ids: Sequence[str]) -> list[Response]:

@@ -320,7 +320,9 @@ class ModelBatcher:
             if len(entries) == 1:  # alone: forward the bytes as they came, answer as it comes
                 answers = [await self._infer(entries[0].payload.raw, timeout)]
             else:
-                merged = merge([e.payload.request for e in entries]).SerializeToString()
+                merged = merge(
+                    [e.payload.request for e in entries], [e.payload.raw for e in entries]
+                )
                 reply = Response.FromString(await self._infer(merged, timeout))
                 sizes = [e.items for e in entries]
                 parts = split(reply, sizes, [e.payload.request.id for e in entries])

@@ -17,6 +17,7 @@ from batcher.batching import (
     merge,
     plan,
     raw_contents,
+    raw_input_views,
     split,
 )
 from inferline.tensors import ITEM_BYTES
@@ -128,7 +129,9 @@ def test_merge_then_split_gives_each_caller_its_own_slice(
     sizes = [p.items for p in plans]
     assert sizes == [r.inputs[0].shape[0] for r in requests]
 
-    merged = merge(requests)
+    merged = service_pb2.ModelInferRequest.FromString(merge(requests))
+    as_arrived = merge(requests, [r.SerializeToString() for r in requests])  # views of the raw
+    assert service_pb2.ModelInferRequest.FromString(as_arrived) == merged
     assert merged.model_name == "m"
     assert list(merged.outputs) == list(requests[0].outputs)
     assert merged.parameters == requests[0].parameters
@@ -245,7 +248,9 @@ def test_bytes_elements_split_at_item_boundaries() -> None:
         request.inputs.add(name="S", datatype="BYTES", shape=[len(items)])
         request.raw_input_contents.append(join_bytes(items))
         requests.append(request)
-    merged = merge(requests)
+    merged = service_pb2.ModelInferRequest.FromString(
+        merge(requests, [r.SerializeToString() for r in requests])
+    )
     assert merged.raw_input_contents[0] == join_bytes([b"a", b"bb", b"", b"ccc", b"", b"d"])
     parts = split(echo(merged), [2, 1, 3], ["0", "1", "2"])
     assert [p.raw_output_contents[0] for p in parts] == [r.raw_input_contents[0] for r in requests]
@@ -278,3 +283,19 @@ def test_split_needs_raw_outputs() -> None:
     response.outputs.add(name="Y", datatype="FP32", shape=[2]).contents.fp32_contents.extend([1, 2])
     with pytest.raises(SplitError, match="raw contents"):
         split(response, [1, 1], ["a", "b"])
+
+
+@given(requests=batchable())
+def test_raw_input_views_are_the_raw_contents_of_the_serialized_request(
+    requests: list[service_pb2.ModelInferRequest],
+) -> None:
+    for request in requests:
+        views = raw_input_views(request.SerializeToString())
+        assert [bytes(v) for v in views] == list(request.raw_input_contents)
+
+
+def test_a_truncated_request_is_not_read_past_its_end() -> None:
+    request = service_pb2.ModelInferRequest(model_name="m")
+    request.raw_input_contents.append(b"x" * 100)
+    with pytest.raises(ValueError, match="past the end"):
+        raw_input_views(request.SerializeToString()[:-10])
