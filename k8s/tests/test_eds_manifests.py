@@ -16,7 +16,10 @@ Then EndpointSlices for the four Services (some before eds starts: its list; som
 watch) point at real gRPC backends (``inferline_testing.probe``), and the test waits until Envoy
 routes to each through the listener the Envoy Service exposes for it, the Triton pod's
 ``inferline.io/weight`` annotation is the endpoint's weight, a terminating pod drains, and the
-kubelet's probe paths answer on the probe listener.
+kubelet's probe paths answer on the probe listener. middleman's proxyless channel, a gRPC client
+with the rendered bootstrap (only eds's address local) dialling the rendered
+INFERLINE_MIDDLEMAN_TRITON_URL (xds:///batcher), reaches the batcher through the same eds, which
+names the client by the pod's name.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ import asyncio
 import dataclasses
 import functools
 import importlib.util
+import json
+import os
+import re
 import sys
 import types
 import urllib.error
@@ -42,6 +48,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferline_envoy import admin as envoy_admin
 from inferline_envoy import config as envoy_config
+from inferline_envoy import proxyless
 from inferline_testing.harness import EnvoyProcess, Probe, Process, python, wait_serving
 from inferline_testing.ports import free_port
 from inferline_testing.probe import STATS_MODEL
@@ -112,16 +119,45 @@ def kubeconfig(path: Path, server: str) -> Path:
 
 
 def container_env(container: Container, fields: dict[str, str]) -> dict[str, str]:
-    """The container's environment as the kubelet would set it (downward API from ``fields``)."""
-    env = {}
+    """The container's environment as the kubelet would set it: the downward API from
+    ``fields``, and ``$(NAME)`` in a value expanded where NAME is declared before it."""
+    env: dict[str, str] = {}
+
+    def expand(match: re.Match[str]) -> str:
+        return env.get(match[1], match[0])
+
     for name, value in container.env().items():
         if isinstance(value, str):
-            env[name] = value
+            env[name] = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", expand, value)
         else:
             path = value.get("fieldRef", {}).get("fieldPath")
             assert path in fields, f"{container.where}: {name} from {value}, not a known field"
             env[name] = fields[path]
     return env
+
+
+# A proxyless client in a process of its own (gRPC reads its xDS bootstrap once per process): the
+# backend that answers a ModelInfer sent to argv[1].
+PROXYLESS_CALL = """
+import asyncio, sys
+from k8s.tests.test_eds_manifests import backend_behind
+print(asyncio.run(backend_behind(sys.argv[1])))
+"""
+
+
+async def proxyless_backend(target: str, bootstrap: dict[str, Any]) -> str:
+    """The backend that answers a call on ``target`` (``xds:///…``) from a gRPC client with
+    ``bootstrap``, as GRPC_XDS_BOOTSTRAP_CONFIG."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in (proxyless.BOOTSTRAP_CONFIG_ENV, proxyless.BOOTSTRAP_FILE_ENV)}  # fmt: skip
+    env[proxyless.BOOTSTRAP_CONFIG_ENV] = json.dumps(bootstrap)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", PROXYLESS_CALL, target, cwd=ROOT, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), WAIT_S)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    return out.decode().strip().splitlines()[-1]
 
 
 def endpoint_slice(
@@ -267,6 +303,19 @@ async def test_rendered_eds_and_envoy_route_to_every_services_endpoints(
     bootstrap_text = envoy_bootstrap(objects).text()
     envoy_deployment = find(objects, "Deployment", "envoy")
     [envoy_container] = envoy_deployment["spec"]["template"]["spec"]["containers"]
+    # middleman's environment as its pod gets it: the batcher hop's target and xDS bootstrap.
+    [middleman] = [c for c in containers([find(objects, "Deployment", "middleman")])
+                   if c.name == "middleman"]  # fmt: skip
+    middleman_pod = "middleman-0"
+    middleman_env = container_env(
+        middleman, {"metadata.name": middleman_pod, "metadata.namespace": namespace}
+    )
+    batcher_target = middleman_env["INFERLINE_MIDDLEMAN_TRITON_URL"]
+    assert batcher_target == "xds:///batcher", "proxyless without components/mtls"
+    middleman_bootstrap = json.loads(middleman_env[proxyless.BOOTSTRAP_CONFIG_ENV])
+    assert middleman_bootstrap["node"]["id"] == middleman_pod, "$(POD_NAME), expanded"
+    [xds_server] = middleman_bootstrap["xds_servers"]
+    assert xds_server["server_uri"] == f"eds:{eds.port('grpc')}"
 
     cluster, runner = await start_fake_api(namespace)
     try:
@@ -340,6 +389,14 @@ async def test_rendered_eds_and_envoy_route_to_every_services_endpoints(
             assert answer == probe.replica_id, f"listener for {service} reached {answer}"
         exposed = {p["containerPort"] for p in envoy_container["ports"]}
         assert {port for _, port in envoy_config.KUBERNETES.listeners} <= exposed
+
+        # middleman's proxyless channel: the bootstrap its pod renders, only eds's address local.
+        xds_server["server_uri"] = f"127.0.0.1:{eds_port}"
+        answer = await proxyless_backend(batcher_target, middleman_bootstrap)
+        assert answer == probes["batcher"].replica_id, f"{batcher_target} reached {answer}"
+        log = process.log.read_text(encoding="utf-8")
+        for kind in ("Listener", "RouteConfiguration", "Cluster", "ClusterLoadAssignment"):
+            assert f"{middleman_pod} (sotw) subscribed to {kind} batcher" in log, kind
 
         # A Triton pod that terminates drains: Envoy sends it nothing new.
         put("triton", ready=False, serving=True, terminating=True)

@@ -86,18 +86,25 @@ def container(spec: Mapping[str, Any], name: str) -> dict[str, Any]:
     return dict(found)
 
 
+# The downward API's fields a container's environment may name (middleman's POD_NAME).
+POD_FIELDS = {"metadata.name": "pod-0", "metadata.namespace": "inferline"}
+
+
 def environment(
     spec: Mapping[str, Any], objects: list[dict[str, Any]], secret: Mapping[str, str]
 ) -> dict[str, str]:
-    """A container's environment as the kubelet gives it: values, ConfigMap keys, and the
-    Secret's keys (``secret``) through envFrom."""
+    """A container's environment as the kubelet gives it: values (``$(NAME)`` of a variable
+    declared before expanded), ConfigMap keys, the pod's fields (POD_FIELDS), and the Secret's
+    keys (``secret``) through envFrom."""
     env: dict[str, str] = {}
     for source in spec.get("envFrom", []):
         assert source["secretRef"] == {"name": "model-store-credentials", "optional": True}
         env.update(secret)
     for variable in spec.get("env", []):
         if "value" in variable:
-            env[variable["name"]] = variable["value"]
+            env[variable["name"]] = expand(variable["value"], env)
+        elif "fieldRef" in variable["valueFrom"]:
+            env[variable["name"]] = POD_FIELDS[variable["valueFrom"]["fieldRef"]["fieldPath"]]
         else:
             ref = variable["valueFrom"]["configMapKeyRef"]
             env[variable["name"]] = find(objects, "ConfigMap", ref["name"])["data"][ref["key"]]

@@ -7,7 +7,10 @@ pod holds Triton and a preprocess container sharing a Memory emptyDir at /dev/sh
 with its shared-memory protocol restricted to it (the rendered command is run here, with a
 stand-in for tritonserver); the preprocess calls that Triton with that token file; Service
 triton's `grpc` port is the preprocess's; no preprocess pool; middleman in-pod. in-process: no
-preprocess anywhere. For each placement, the network policies allow exactly its hops.
+preprocess anywhere. In every placement middleman dials the batchers proxyless (xds:///batcher,
+gRPC's xDS client bootstrapped at eds), and through Envoy's batcher listener with components/mtls.
+For each placement, the network policies allow exactly its hops, the batcher hop as middleman
+dials it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
+from inferline_envoy import proxyless
 from k8s.tests.manifests import (
     DEFAULT_PLACEMENT,
     K8S,
@@ -31,6 +35,7 @@ from k8s.tests.manifests import (
     PLACEMENTS,
     Container,
     containers,
+    envoy_bootstrap,
     find,
     pod_specs,
     render,
@@ -223,7 +228,7 @@ def test_no_preprocess_pool_and_middleman_sends_encoded_images(target: str) -> N
     env = middleman.env()
     assert env["INFERLINE_MIDDLEMAN_PLACEMENT"] == "in-pod"
     assert not env.get("INFERLINE_MIDDLEMAN_PREPROCESS_URL")
-    assert env["INFERLINE_MIDDLEMAN_TRITON_URL"] == "envoy:8082", "through the batcher"
+    assert env["INFERLINE_MIDDLEMAN_TRITON_URL"] in (PROXYLESS_URL, ENVOY_URL), "the batcher"
     # The only preprocess is the one in each Triton pod.
     where = {c.workload for c in containers(objects) if c.image.startswith("inferline/preprocess")}
     assert where == {f"Deployment {NAMESPACE}/triton"}
@@ -267,6 +272,7 @@ def test_in_process_renders_with_no_preprocess_anywhere(target: str) -> None:
     env = middleman.env()
     assert env["INFERLINE_MIDDLEMAN_PLACEMENT"] == "in-process"
     assert not env.get("INFERLINE_MIDDLEMAN_PREPROCESS_URL")
+    assert env["INFERLINE_MIDDLEMAN_TRITON_URL"] == PROXYLESS_URL, "the tensors to the batchers"
     # It decodes videos now: a stream spool that fits its /tmp.
     tmp = next(v for v in middleman.pod["volumes"] if v["name"] == mount(middleman, "/tmp")["name"])
     cap = int(env["INFERLINE_MIDDLEMAN_MAX_VIDEO_STREAM_BYTES"])
@@ -274,6 +280,82 @@ def test_in_process_renders_with_no_preprocess_anywhere(target: str) -> None:
     # Triton as in the base: Envoy reaches its gRPC port.
     triton = container(objects, "triton")
     assert triton.spec["args"][0] == "tritonserver" and triton.port("grpc") == 8001
+
+
+# -- the batcher hop: proxyless by default, through Envoy with components/mtls -------------------
+
+PROXYLESS_URL = "xds:///batcher"  # gRPC's xDS client, the batcher cluster eds serves
+ENVOY_URL = "envoy:8082"  # Envoy's batcher listener
+EDS_ADDRESS = "eds:18000"  # Service eds, port grpc: what the bootstrap's ADS dials
+NODE_ID = "$(POD_NAME)"  # the pod's name, expanded by the kubelet
+# Every render of the base without components/mtls (each placement, the overlays), and with it.
+PROXYLESS_TARGETS = (
+    *(f"overlays/{o}" for o in OVERLAYS), "everything/remote", "everything/in-process",
+    "components/in-pod", "components/in-process", "components/network-policies",
+)  # fmt: skip
+MTLS_TARGETS = ("everything", "components/mtls")
+XDS_ENV = (proxyless.BOOTSTRAP_CONFIG_ENV, proxyless.BOOTSTRAP_FILE_ENV, "POD_NAME")
+
+
+def middleman(objects: list[dict[str, Any]]) -> Container:
+    [found] = [c for c in containers([find(objects, "Deployment", "middleman")])
+               if c.kind == "containers" and c.name == "middleman"]  # fmt: skip
+    return found
+
+
+def test_every_render_is_checked_for_its_batcher_dialling() -> None:
+    """The everything renders and the overlays: each in one of the two lists below."""
+    covered = {*PROXYLESS_TARGETS, *MTLS_TARGETS}
+    assert {*(f"overlays/{o}" for o in OVERLAYS), *HOPS} <= covered
+
+
+@pytest.mark.parametrize("target", PROXYLESS_TARGETS)
+def test_middleman_dials_the_batchers_proxyless_bootstrapped_at_eds(target: str) -> None:
+    objects = render(target)
+    found = middleman(objects)
+    env = found.env()
+    assert env["INFERLINE_MIDDLEMAN_TRITON_URL"] == PROXYLESS_URL
+    # The bootstrap is the one proxyless.bootstrap writes (the local stack's too), the JSON
+    # itself: no file to mount; none named besides.
+    bootstrap = json.loads(env[proxyless.BOOTSTRAP_CONFIG_ENV])
+    assert bootstrap == proxyless.bootstrap(EDS_ADDRESS, NODE_ID)
+    assert proxyless.BOOTSTRAP_FILE_ENV not in env
+    # $(POD_NAME) expands: declared before the bootstrap (the kubelet expands only those), from
+    # the pod's name.
+    names = [e["name"] for e in found.spec["env"]]
+    assert names.index("POD_NAME") < names.index(proxyless.BOOTSTRAP_CONFIG_ENV)
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    # What it dials is there: Service eds on that port, which serves cluster `batcher` from
+    # Service batcher's EndpointSlices (their port `grpc`: the batchers' gRPC port).
+    host, port = EDS_ADDRESS.split(":")
+    eds_ports = find(objects, "Service", host)["spec"]["ports"]
+    assert [p["port"] for p in eds_ports if p["name"] == "grpc"] == [int(port)]
+    [eds] = [c for c in containers([find(objects, "Deployment", "eds")]) if c.name == "eds"]
+    cluster = PROXYLESS_URL.removeprefix("xds:///")
+    assert cluster in eds.env()["INFERLINE_EDS_SERVICES"].split(",")
+    assert not any(k.startswith("INFERLINE_EDS_TLS_") for k in eds.env()), "ADS in plaintext"
+    batcher_ports = find(objects, "Service", cluster)["spec"]["ports"]
+    assert [p["name"] for p in batcher_ports] == [eds.env()["INFERLINE_EDS_PORT_NAME"]]
+
+
+@pytest.mark.parametrize("target", MTLS_TARGETS)
+def test_under_mtls_middleman_dials_the_batchers_through_envoy(target: str) -> None:
+    """A proxyless client presents no certificate, which the batchers' (and eds's) mTLS ports
+    ask for: Envoy's batcher listener, which presents its own, carries the hop."""
+    objects = render(target)
+    env = middleman(objects).env()
+    assert env["INFERLINE_MIDDLEMAN_TRITON_URL"] == ENVOY_URL
+    assert not set(XDS_ENV) & set(env), "no proxyless bootstrap"
+    [batcher] = [c for c in containers([find(objects, "Deployment", "batcher")])
+                 if c.name == "batcher"]  # fmt: skip
+    assert "INFERLINE_BATCHER_TLS_CA" in batcher.env(), "the batchers ask for a certificate"
+    # Envoy's listener on that port routes to its batcher cluster, over mTLS.
+    params = envoy_bootstrap(objects).params
+    host, port = ENVOY_URL.split(":")
+    assert dict(params.listeners)["batcher"] == int(port)
+    assert "batcher" in params.tls_clusters
+    service_ports = find(objects, "Service", host)["spec"]["ports"]
+    assert {p["name"]: p["port"] for p in service_ports}["batcher"] == int(port)
 
 
 # -- the network policies: exactly each placement's hops ------------------------------------------
@@ -353,11 +435,11 @@ def hops(objects: list[dict[str, Any]]) -> set[tuple[str, str, int]]:
     return found
 
 
-# Pod to pod in every placement: Envoy's ADS, the batcher hop, Envoy → middleman and batcher,
-# monitoring, and what the API-server and DNS rules allow among pods (the adapter's 6443).
+# Pod to pod in every placement: Envoy's ADS, the batch hop, Envoy → middleman, monitoring, and
+# what the API-server and DNS rules allow among pods (the adapter's 6443).
 COMMON = {
-    ("envoy", "eds", 18000), ("middleman", "envoy", 8082), ("batcher", "envoy", 8083),
-    ("envoy", "middleman", 8090), ("envoy", "middleman", 8093), ("envoy", "batcher", 8092),
+    ("envoy", "eds", 18000), ("batcher", "envoy", 8083),
+    ("envoy", "middleman", 8090), ("envoy", "middleman", 8093),
     ("prometheus", "middleman", 9180), ("prometheus", "batcher", 9182),
     ("prometheus", "eds", 9183), ("prometheus", "triton", 8002), ("prometheus", "envoy", 9902),
     ("grafana", "prometheus", 9090), ("prometheus-adapter", "prometheus", 9090),
@@ -365,28 +447,46 @@ COMMON = {
     ("eds", "prometheus-adapter", 6443), ("prometheus", "prometheus-adapter", 6443),
     ("prometheus-adapter", "prometheus-adapter", 6443),
 }  # fmt: skip
+# The batcher hop: middleman to the batcher pods and to eds (its proxyless channel's ADS), by
+# default; middleman → Envoy :8082 → batcher with components/mtls.
+PROXYLESS_HOP = {("middleman", "batcher", 8092), ("middleman", "eds", 18000)}
+ENVOY_HOP = {("middleman", "envoy", 8082), ("envoy", "batcher", 8092)}
+IN_POD_HOPS = {("envoy", "triton", 8091), ("prometheus", "triton", 9181)}
 HOPS = {
-    "everything/remote": COMMON | {
+    "everything/remote": COMMON | PROXYLESS_HOP | {
         ("middleman", "envoy", 8081), ("envoy", "preprocess", 8091), ("envoy", "triton", 8001),
         ("prometheus", "preprocess", 9181),
     },
-    "everything": COMMON | {("envoy", "triton", 8091), ("prometheus", "triton", 9181)},
-    "everything/in-process": COMMON | {("envoy", "triton", 8001)},
-    **{
-        f"overlays/{o}": COMMON | {("envoy", "triton", 8091), ("prometheus", "triton", 9181)}
-        for o in OVERLAYS
-    },
+    "everything": COMMON | ENVOY_HOP | IN_POD_HOPS,  # with components/mtls
+    "everything/in-process": COMMON | PROXYLESS_HOP | {("envoy", "triton", 8001)},
+    **{f"overlays/{o}": COMMON | PROXYLESS_HOP | IN_POD_HOPS for o in OVERLAYS},
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("target", HOPS)
-def test_the_network_policies_allow_exactly_the_placements_hops(target: str) -> None:
+def test_the_policies_allow_exactly_each_placements_hops_with_the_batchers_proxyless(
+    target: str,
+) -> None:
+    """Each placement's hops; the batcher hop proxyless (middleman → batcher, middleman → eds)
+    but with components/mtls (in `everything`): middleman → Envoy :8082 → batcher."""
     found = hops(render(target))
     expected = HOPS[target]
     assert found == expected, (
         f"{target}: allowed but not expected {sorted(found - expected)}; "
         f"expected but not allowed {sorted(expected - found)}"
     )
+
+
+@pytest.mark.parametrize("target", HOPS)
+def test_the_policies_allow_the_batcher_hop_as_middleman_dials_it(target: str) -> None:
+    """Proxyless: to the batcher pods and eds, and no way through Envoy's batcher listener
+    left open; through Envoy (components/mtls): that way only."""
+    objects = render(target)
+    found = hops(objects)
+    proxyless_hop = middleman(objects).env()["INFERLINE_MIDDLEMAN_TRITON_URL"] == PROXYLESS_URL
+    allowed, closed = (PROXYLESS_HOP, ENVOY_HOP) if proxyless_hop else (ENVOY_HOP, PROXYLESS_HOP)
+    assert allowed <= found, sorted(allowed - found)
+    assert not closed & found, sorted(closed & found)
 
 
 def test_the_hop_check_sees_a_policy_that_allows_too_much() -> None:
