@@ -82,7 +82,7 @@ def test_no_manifest_overrides_a_bound(target: str) -> None:
 def test_envoys_retry_budget_is_the_one_a_proxyless_hop_keeps() -> None:
     """Envoy's retry budget (the manifests render its defaults) and inferline.retry's, which a
     hop dialled proxyless keeps, are one budget."""
-    from inferline_envoy.config import EnvoyParams  # noqa: PLC0415 - the tooling, not a service
+    from inferline_envoy.config import EnvoyParams
 
     params = EnvoyParams()
     assert params.retry_budget_percent == capacity.RETRY_BUDGET_PERCENT
