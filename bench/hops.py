@@ -61,7 +61,7 @@ def infer_request(images: Sequence[bytes], model: str) -> bytes:
         request.outputs.add(name="PROBS")
         request.outputs.add(name=preprocessing.ERRORS)
     request.raw_input_contents.append(kserve.join_bytes(images))
-    return request.SerializeToString()
+    return bytes(request.SerializeToString())
 
 
 def infer_response(count: int) -> bytes:
@@ -71,10 +71,32 @@ def infer_response(count: int) -> bytes:
     response.outputs.add(name=preprocessing.ERRORS, datatype="BYTES", shape=[count])
     response.raw_output_contents.append(bytes(4 * CLASSES * count))
     response.raw_output_contents.append(kserve.join_bytes([b""] * count))
-    return response.SerializeToString()
+    return bytes(response.SerializeToString())
 
 
 # --- the processes the hop is measured between (python -m bench.hops upstream|client|floor) --
+
+LARGE = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
+
+
+class Forwarder(grpc.GenericRpcHandler):
+    """Every unary call passed on to ``channel`` as the bytes it came in, answered as it comes
+    back: the least a hop that only forwards can do (raw-bytes generic handlers, no parsing)."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.channel = channel
+        self.calls: dict[str, Any] = {}
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        method = str(details.method)
+        call = self.calls.get(method)
+        if call is None:
+            call = self.calls[method] = self.channel.unary_unary(method)
+
+        async def forward(raw: bytes, context: Any) -> bytes:
+            return bytes(await call(raw, timeout=context.time_remaining()))
+
+        return grpc.unary_unary_rpc_method_handler(forward)
 
 
 async def upstream(port: int, forward_to: str = "") -> None:
@@ -89,32 +111,22 @@ async def upstream(port: int, forward_to: str = "") -> None:
         return cache[count]
 
     async def ready(raw: bytes, context: Any) -> bytes:
-        return service_pb2.ModelReadyResponse(ready=True).SerializeToString()
+        return bytes(service_pb2.ModelReadyResponse(ready=True).SerializeToString())
 
     async def config(raw: bytes, context: Any) -> bytes:
         name = service_pb2.ModelConfigRequest.FromString(raw).name
         config = service_pb2.ModelConfigResponse()
         config.config.name, config.config.max_batch_size = name, 64
-        return config.SerializeToString()
+        return bytes(config.SerializeToString())
 
     methods = {"ModelInfer": infer, "ModelReady": ready, "ModelConfig": config}
-    if forward_to:
-        channel = grpc.aio.insecure_channel(forward_to)
-        call = channel.unary_unary(f"/{SERVICE}/ModelInfer")
-
-        async def forward(raw: bytes, context: Any) -> bytes:
-            answer: bytes = await call(raw)
-            return answer
-
-        methods["ModelInfer"] = forward
-    server = grpc.aio.server(
-        options=[
-            ("grpc.max_receive_message_length", 64 << 20),
-            ("grpc.max_send_message_length", 64 << 20),
-        ]
+    handler: grpc.GenericRpcHandler = grpc.method_handlers_generic_handler(
+        SERVICE, {n: grpc.unary_unary_rpc_method_handler(h) for n, h in methods.items()}
     )
-    handlers = {n: grpc.unary_unary_rpc_method_handler(h) for n, h in methods.items()}
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    if forward_to:
+        handler = Forwarder(grpc.aio.insecure_channel(forward_to, options=LARGE))
+    server = grpc.aio.server(options=LARGE)
+    server.add_generic_rpc_handlers((handler,))
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     await server.wait_for_termination()
@@ -123,9 +135,7 @@ async def upstream(port: int, forward_to: str = "") -> None:
 async def client(target: str, request_file: Path, seconds: float, concurrency: int) -> None:
     """Closed-loop raw-bytes ModelInfer calls; prints how many were answered."""
     request = await asyncio.to_thread(request_file.read_bytes)
-    channel = grpc.aio.insecure_channel(
-        target, options=[("grpc.max_receive_message_length", 64 << 20)]
-    )
+    channel = grpc.aio.insecure_channel(target, options=LARGE)
     call = channel.unary_unary(f"/{SERVICE}/ModelInfer")
     answered, end = 0, time.monotonic() + seconds
 

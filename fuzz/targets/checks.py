@@ -76,10 +76,13 @@ def check_tensors(request: service_pb2.ModelInferRequest) -> None:
 
 def check_middleman(request: service_pb2.ModelInferRequest) -> None:
     counts = refused(lambda: outputs.requested(request))
-    images = refused(lambda: inputs.images(request, MAX_BATCH))
-    if counts is not None and images is not None:
+    batch = refused(lambda: inputs.images(request, MAX_BATCH))
+    if counts is not None and batch is not None:
+        images = batch.items()
         assert 1 <= len(images) <= MAX_BATCH
         assert all(isinstance(image, bytes) for image in images)
+        # the blob middleman sends on in-pod is the images, in the same framing
+        assert kserve.split_bytes(batch.blob) == images
         probabilities = np.linspace(0, 1, len(images) * CLASSES, dtype=np.float32)
         probabilities = probabilities.reshape(len(images), CLASSES)
         response = outputs.classifier_response(
@@ -117,7 +120,10 @@ def check_batcher(request: service_pb2.ModelInferRequest) -> None:
     if plan.key is None:
         return
     assert 1 <= plan.items <= MAX_BATCH
-    merged = batching.merge([request, request])
+    merged = service_pb2.ModelInferRequest.FromString(batching.merge([request, request]))
+    raw = request.SerializeToString()  # as the request arrived: its contents merged as views
+    as_arrived = batching.merge([request, request], [raw, raw])
+    assert service_pb2.ModelInferRequest.FromString(as_arrived) == merged
     assert len(merged.inputs) == len(merged.raw_input_contents) == len(request.inputs)
     own = [batching.raw_contents(request, i) for i in range(len(request.inputs))]
     for index, tensor in enumerate(merged.inputs):

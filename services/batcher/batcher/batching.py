@@ -142,10 +142,7 @@ def merge(requests: Sequence[Request], raws: Sequence[bytes] | None = None) -> b
     merged.outputs.extend(first.outputs)
     total = sum(r.inputs[0].shape[0] for r in requests)
     arrived: Sequence[bytes | None] = raws if raws is not None else [None] * len(requests)
-    views = [
-        raw_input_views(raw) if raw is not None and r.raw_input_contents else None
-        for r, raw in zip(requests, arrived, strict=True)
-    ]
+    views = [_views(r, raw) for r, raw in zip(requests, arrived, strict=True)]
     contents: list[bytes | memoryview] = []
     for tensor in first.inputs:
         out = merged.inputs.add(name=tensor.name, datatype=tensor.datatype)
@@ -183,6 +180,18 @@ def _read_varint(data: memoryview, offset: int) -> tuple[int, int]:
         offset, shift = offset + 1, shift + 7
         if not byte & 0x80:
             return value, offset
+
+
+def _views(request: Request, raw: bytes | None) -> list[memoryview] | None:
+    """``request``'s raw input contents as views of ``raw``, or None where they cannot be had
+    (none came raw; wire that only protobuf's own parser reads, such as unknown groups)."""
+    if raw is None or not request.raw_input_contents:
+        return None
+    try:
+        views = raw_input_views(raw)
+    except ValueError:
+        return None
+    return views if len(views) == len(request.raw_input_contents) else None
 
 
 def raw_input_views(raw: bytes) -> list[memoryview]:
