@@ -1,5 +1,7 @@
+import io
 import json
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +94,12 @@ def test_unusual_images_decode_like_the_original(
             "too_many_pixels",
             "WEBP header claims 16384x16384 = 268435456 pixels; the limit (max_pixels) is",
         ),
+        (
+            media.gif_frame_bomb(),
+            "too_many_pixels",
+            "GIF header claims 30000x30000 = 900000000 pixels; the limit (max_pixels) is",
+        ),
+        (b"GIF89a\x01\x00\x01\x00\x00\x00\x00;", "truncated", "no image descriptor"),
     ],
     ids=[
         "empty",
@@ -102,6 +110,8 @@ def test_unusual_images_decode_like_the_original(
         "huge_progressive_jpeg",
         "png_bomb",
         "huge_header_webp",
+        "gif_frame_bomb",
+        "gif_without_image",
     ],
 )
 def test_bad_input_is_refused_with_a_reason(data: bytes, kind: str, words: str) -> None:
@@ -213,6 +223,7 @@ def test_a_200_mp_photo_decodes_in_megabytes_and_a_bomb_in_nothing(tmp_path: Pat
         "huge_progressive.jpg": media.huge_header_jpeg(16320, 12240, progressive=True),
         "png_bomb.png": media.png_bomb(),
         "huge_header.webp": media.huge_header_webp(),
+        "gif_frame_bomb.gif": media.gif_frame_bomb(),
     }
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
@@ -239,6 +250,27 @@ def test_a_truncated_gif_is_corrupt_not_an_exception_of_pillows() -> None:
         decode_image(gif[: len(gif) // 2], GEOMETRY, LIMITS)
     assert caught.value.kind == "corrupt"
     assert "corrupt GIF" in str(caught.value)
+
+
+def test_a_gifs_header_is_the_size_pillow_decodes() -> None:
+    # The screen grown to the first frame's extent, read without Pillow (whose open allocates
+    # that frame's background before its size can be checked).
+    from PIL import Image
+
+    frames = [Image.fromarray(media.photo_at("chelsea", 40, 30)) for _ in range(2)]
+    for screen, frame_box in [((40, 30), None), ((20, 10), (5, 7, 45, 37))]:
+        gif = io.BytesIO()
+        frames[0].save(gif, "GIF", save_all=True, append_images=frames[1:])
+        data = bytearray(gif.getvalue())
+        data[6:10] = struct.pack("<HH", *screen)
+        if frame_box:
+            at = data.index(b"\x2c")
+            data[at + 1 : at + 9] = struct.pack("<HHHH", *frame_box[:2], 40, 30)
+        with Image.open(io.BytesIO(bytes(data))) as image:
+            pillows = image.size
+        header = probe(bytes(data), LIMITS)
+        assert (header.format, header.width, header.height) == ("GIF", *pillows)
+        assert decode_rgb(bytes(data), header).shape[:2] == pillows[::-1]
 
 
 @pytest.mark.parametrize(("height", "width"), [(64, 40_000), (33_001, 24)])

@@ -173,6 +173,17 @@ def huge_header_webp(side: int = 16384) -> bytes:
     return bytes(data)
 
 
+def gif_frame_bomb(side: int = 30000) -> bytes:
+    """A 1x1 GIF whose first frame claims ``side`` x ``side`` pixels and is disposed to the
+    background: Pillow's open allocates and fills that background (found by fuzzing)."""
+    gif = io.BytesIO()
+    Image.new("P", (1, 1)).save(gif, "GIF", disposal=2)
+    data = bytearray(gif.getvalue())
+    at = data.index(b"\x2c") + 5  # the image descriptor's width, height (after left, top)
+    data[at : at + 4] = struct.pack("<HH", side, side)
+    return bytes(data)
+
+
 def png_bomb(side: int = 12000) -> bytes:
     """A *valid* grayscale PNG of side x side zeros: ~140 KB that inflates to side² bytes."""
 

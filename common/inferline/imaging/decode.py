@@ -109,7 +109,7 @@ def probe(data: bytes, limits: Limits) -> Header:
     over ``max_bytes``, unsupported or truncated. The pixel budget depends on how the image
     will be decoded: :func:`check_pixels`, before decoding."""
     check_size(data, limits)
-    header = _jpeg_header(data) or _pillow_header(data)
+    header = _jpeg_header(data) or _gif_header(data) or _pillow_header(data)
     if header.format not in FORMATS:
         raise DecodeError(
             "unsupported", f"{header.format} images are not supported; use {', '.join(FORMATS)}"
@@ -197,6 +197,35 @@ def _jpeg_header(data: bytes) -> Header | None:
         else:
             offset += 2 + int.from_bytes(data[offset + 2 : offset + 4], "big")
     return frame
+
+
+def _gif_header(data: bytes) -> Header | None:
+    """A GIF's size as Pillow will decode its first frame: the logical screen, grown to the
+    first image descriptor's extent, walking blocks (GIF89a spec, sections 18-23). Pillow's
+    own open allocates that frame's background before anyone can see its size (a 60-byte GIF
+    claiming 30000x30000 made it touch 900 MB), so the pixel budget must be checked first.
+    None when this is not a GIF."""
+    if not data.startswith((b"GIF87a", b"GIF89a")) or len(data) < 13:
+        return None
+    width, height = int.from_bytes(data[6:8], "little"), int.from_bytes(data[8:10], "little")
+    flags = data[10]
+    offset = 13 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)
+    while offset < len(data):
+        block = data[offset]
+        if block == 0x2C:  # image descriptor: left, top, width, height
+            if offset + 9 > len(data):
+                break
+            left, top, frame_width, frame_height = (
+                int.from_bytes(data[at : at + 2], "little") for at in range(offset + 1, offset + 9, 2)
+            )
+            return Header("GIF", max(width, left + frame_width), max(height, top + frame_height))
+        if block != 0x21:  # only extensions come before the first image; 0x3B ends the file
+            break
+        offset += 2  # introducer, label; then data sub-blocks up to an empty one
+        while offset < len(data) and data[offset]:
+            offset += 1 + data[offset]
+        offset += 1
+    raise DecodeError("truncated", "truncated GIF: no image descriptor before its end")
 
 
 def _check_complete(data: bytes, fmt: str) -> None:
