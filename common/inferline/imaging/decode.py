@@ -14,6 +14,7 @@ WebP, BMP and GIF have no reduced decode, so those cost their full size.
 from __future__ import annotations
 
 import io
+import struct
 from dataclasses import dataclass
 
 import cv2
@@ -215,9 +216,7 @@ def _gif_header(data: bytes) -> Header | None:
         if block == 0x2C:  # image descriptor: left, top, width, height
             if offset + 9 > len(data):
                 break
-            left, top, frame_width, frame_height = (
-                int.from_bytes(data[at : at + 2], "little") for at in range(offset + 1, offset + 9, 2)
-            )
+            left, top, frame_width, frame_height = struct.unpack_from("<4H", data, offset + 1)
             return Header("GIF", max(width, left + frame_width), max(height, top + frame_height))
         if block != 0x21:  # only extensions come before the first image; 0x3B ends the file
             break
