@@ -44,7 +44,15 @@ from bench.benchlib import ROOT, demo_client, local_stack, run_main, write_resul
 from demo_client.samples import build_samples
 from inferline.imaging.decode import Geometry, Limits, decode_image
 from inferline_envoy import admin as envoy_admin
-from inferline_stack.config import IN_POD, IN_PROCESS, PREPROCESS, REMOTE, TRITON, StackConfig
+from inferline_stack.config import (
+    AUTO,
+    IN_POD,
+    IN_PROCESS,
+    PREPROCESS,
+    REMOTE,
+    TRITON,
+    StackConfig,
+)
 from inferline_stack.processes import ProcessTable
 from inferline_stack.scale import scale
 from inferline_testing.overload import stack_groups
@@ -76,21 +84,29 @@ class Scenario:
     batch: int  # images per request
     placement: str = IN_POD  # INFERLINE_STACK_PLACEMENT
     protocol: str = "grpc"  # the demo client's: KServe v2 over gRPC or HTTP/REST
+    proxyless: str = AUTO  # INFERLINE_STACK_PROXYLESS: "" dials every inner hop through Envoy
+
+
+# How the inner hops are dialled: the default (middleman to the batchers proxyless), and every
+# hop through Envoy (key suffix ``_envoy``), side by side in every placement.
+DIALS = ((AUTO, "", "proxyless to the batchers"), ("", "_envoy", "every hop through Envoy"))
 
 
 def _placements() -> tuple[Scenario, ...]:
-    """The simulated GPU at 1 and 8 images per request in each placement."""
+    """The simulated GPU at 1 and 8 images per request in each placement, both dialings."""
     return tuple(
         Scenario(
-            f"{key}_{batch}",
-            f"{placement}, simulated GPU, conc {concurrency}, {batch} image(s)/request",
+            f"{key}_{batch}{suffix}",
+            f"{placement}, simulated GPU, conc {concurrency}, {batch} image(s)/request, {dial}",
             "simulated_gpu",
             concurrency,
             batch,
             placement=placement,
+            proxyless=proxyless,
         )
         for batch, concurrency in ((1, 32), (8, 16))
         for placement, key in ((IN_POD, "simulated"), (REMOTE, "remote"), (IN_PROCESS, "inprocess"))
+        for proxyless, suffix, dial in DIALS
     )
 
 
@@ -229,10 +245,8 @@ def scenarios(chosen: tuple[Scenario, ...], duration_s: float, **overrides: Any)
     for scenario in chosen:
         floor_ms = decoder_floor_ms(photos)  # beside each run: this machine's speed drifts
         status = f"{scenario.title}: starting the stack, then {duration_s:g} s …"
-        with (
-            console.status(status),
-            stack(scenario.model, placement=scenario.placement, **overrides) as config,
-        ):
+        settings = {"placement": scenario.placement, "proxyless": scenario.proxyless}
+        with console.status(status), stack(scenario.model, **settings, **overrides) as config:
             result = measure(
                 config,
                 concurrency=scenario.concurrency,
@@ -300,6 +314,39 @@ def print_table(results: Mapping[str, Any]) -> None:
     console.print(table)
 
 
+def parse_compare(item: str, parser: argparse.ArgumentParser) -> tuple[str, float]:
+    name, _, figure = item.rpartition("=")
+    try:
+        value = float(figure)
+    except ValueError:
+        value = -1.0
+    if not name or value <= 0:
+        parser.error(f"--compare {item!r}: NAME=IMAGES_PER_S_PER_CORE, a positive figure")
+    return name, value
+
+
+# The default placement's scenarios: what a GPU owner sizes the CPUs by.
+DEFAULTS = ("simulated_1", "simulated_8", "real_1")
+
+
+def print_per_core(results: Mapping[str, Any], compared: Mapping[str, float]) -> None:
+    """For the default placement and dialling: cores per 1,000 images/s and images/s per core,
+    and any other server's figure given beside them."""
+    table = Table(title="what a GPU needs in CPU (the default: in-pod, proxyless to the batchers)")
+    table.add_column("scenario")
+    table.add_column("images/s per core", justify="right")
+    table.add_column("cores per 1,000 images/s", justify="right")
+    for key in DEFAULTS:
+        if key in results:
+            r = results[key]
+            table.add_row(
+                r["title"], str(r["images_per_s_per_core"]), str(r["cores_per_1000_images_per_s"])
+            )
+    for name, per_core in compared.items():
+        table.add_row(f"{name} (given)", f"{per_core:g}", f"{1000 / per_core:.1f}")
+    console.print(table)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per measurement")
@@ -312,7 +359,16 @@ def main() -> None:
     parser.add_argument(
         "--envoy-workers", type=int, default=0, help="Envoy's worker threads (0: the stack's)"
     )
+    parser.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        metavar="NAME=IMAGES_PER_S_PER_CORE",
+        help="another server's figure to print beside the default's, e.g. 'Ray Serve=120' "
+        "(measured on the same machine and model); repeatable",
+    )
     args = parser.parse_args()
+    compared = dict(parse_compare(item, parser) for item in args.compare)
 
     keys = {key.strip() for key in args.scenarios.split(",") if key.strip()}
     known = [s.key for s in SCENARIOS]
@@ -321,9 +377,11 @@ def main() -> None:
     chosen = tuple(s for s in SCENARIOS if s.key in keys)
     results = scenarios(chosen, args.duration, envoy_workers=args.envoy_workers)
     print_table(results)
+    print_per_core(results, compared)
     photos = [p.stat().st_size for p in build_samples()]
     out: dict[str, Any] = {
         "scenarios": results,
+        "compared_images_per_s_per_core": compared,
         "photo_kib": round(sum(photos) / len(photos) / 1024, 1),  # the demo client's, mean
         "duration_s": args.duration,
         "cpus": os.cpu_count(),

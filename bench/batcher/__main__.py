@@ -13,6 +13,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from bench.batcher.balance import part_balance
+from bench.batcher.balance import replicas as balance_replicas
 from bench.batcher.latency import part_latency
 from bench.batcher.params import Params, parse_args
 from bench.batcher.processes import Fleet, Replica
@@ -37,7 +39,10 @@ async def run(params: Params, parts: set[str], fleet: Fleet) -> dict[str, Any]:
             for i in range(max(params.replicas)):
                 dyn.append(await fleet.replica(f"replica-dyn-{i}", params, s, delay_us))
                 plain.append(await fleet.replica(f"replica-plain-{i}", params, s, None))
-        await fleet.ready([*([single] if single else []), *dyn, *plain])
+        unequal: tuple[Replica, Replica] | None = None
+        if "balance" in parts:
+            unequal = await balance_replicas(params, fleet)
+        await fleet.ready([*([single] if single else []), *dyn, *plain, *(unequal or ())])
         triton_only: dict[int, tuple[str, list[Replica]]] = {}
         batched: dict[int, tuple[str, list[Replica]]] = {}
         if "scale-out" in parts:
@@ -51,23 +56,31 @@ async def run(params: Params, parts: set[str], fleet: Fleet) -> dict[str, Any]:
                 triton_only[n] = (listeners[f"dyn{n}"], dyn[:n])
                 batcher = await fleet.batcher(f"batcher-n{n}", listeners[f"plain{n}"], delay_ms, n)
                 batched[n] = (batcher, plain[:n])
-        throughput_batcher = latency_batcher = ""
+        throughput_batcher = latency_batcher = forwarder = ""
         if single is not None:
             throughput_batcher = await fleet.batcher(
                 "batcher-throughput", single.url, params.max_queue_delay_ms, 2
             )
             latency_batcher = await fleet.batcher("batcher-latency", single.url, 0.0, 2)
+            forwarder = await fleet.forwarder("forwarder", single.url)
     console.print(f"[green]✓[/] processes ready (logs in {fleet.run_dir / 'logs'})")
 
     if "throughput" in parts and single is not None:
         console.print("[bold]1. throughput[/] (closed loop, one simulated replica)")
-        result["throughput"] = await part_throughput(params, single.url, throughput_batcher)
+        result["throughput"] = await part_throughput(
+            params, single.url, throughput_batcher, fleet.batcher_metrics(throughput_batcher)
+        )
     if "scale-out" in parts:
         console.print(f"[bold]2. scale-out[/] (open-loop Poisson, clock x{s:g})")
         result["scale_out"] = await part_scale_out(params, triton_only, batched)
     if "latency" in parts and single is not None:
         console.print("[bold]3. added latency[/] (concurrency 1, max_queue_delay 0)")
-        result["added_latency"] = await part_latency(params, single.url, latency_batcher)
+        result["added_latency"] = await part_latency(
+            params, single.url, forwarder, latency_batcher, fleet.batcher_metrics(latency_batcher)
+        )
+    if "balance" in parts and unequal is not None:
+        console.print("[bold]4. two GPUs of unequal speed[/] (the batch hop: Envoy, proxyless)")
+        result["balance"] = await part_balance(params, fleet, *unequal)
     return result
 
 

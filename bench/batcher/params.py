@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import bench.batcher
 
-PARTS = ("throughput", "scale-out", "latency")
+PARTS = ("throughput", "scale-out", "latency", "balance")
 
 
 @dataclass(frozen=True)
@@ -21,9 +21,10 @@ class Params:
     replicas: tuple[int, ...] = (1, 2, 4)
     loads: tuple[float, ...] = (0.125, 0.5, 0.9)
     concurrencies: tuple[int, ...] = (1, 8, 64)
-    point_requests: int = 1500  # per scale-out point and arrangement, within these bounds:
-    point_min_s: float = 15.0
-    point_max_s: float = 60.0
+    # Per scale-out point and arrangement, within these bounds: the 18 runs in minutes.
+    point_requests: int = 700
+    point_min_s: float = 8.0
+    point_max_s: float = 25.0
     warmup_s: float = 3.0
     throughput_s: float = 8.0
     latency_requests: int = 400

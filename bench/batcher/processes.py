@@ -20,6 +20,7 @@ from bench.batcher.params import Params
 from eds.cache import Endpoint
 from eds.sources import endpoints_file
 from inferline_envoy import admin as envoy_admin
+from inferline_envoy import proxyless
 from inferline_models.triton import ACCESS_TOKEN_ENV
 from inferline_stack import health
 from inferline_stack.config import BATCHER
@@ -117,23 +118,44 @@ class Batcher(Process):
     """The batcher service in front of ``upstream``."""
 
     def __init__(
-        self, run_dir: Path, name: str, upstream: str, delay_ms: float, max_inflight: int
+        self,
+        run_dir: Path,
+        name: str,
+        upstream: str,
+        delay_ms: float,
+        max_inflight: int,
+        env: Mapping[str, str] | None = None,
     ) -> None:
-        self.port = free_port()
-        env = {
+        self.port, self.metrics_port = free_port(), free_port()
+        settings_env = {
             **settings(
                 BATCHER,
                 host=HOST,
                 port=self.port,
-                metrics_port=free_port(),
+                metrics_port=self.metrics_port,
                 upstream_url=upstream,
                 max_queue_delay_ms=delay_ms,
                 max_inflight=max_inflight,
                 max_queue=100000,
             ),
             **QUIET,
+            **(env or {}),
         }
-        super().__init__(name, python("batcher"), run_dir / "logs" / f"{name}.log", env)
+        super().__init__(name, python("batcher"), run_dir / "logs" / f"{name}.log", settings_env)
+
+    @property
+    def url(self) -> str:
+        return f"{HOST}:{self.port}"
+
+
+class Forwarder(Process):
+    """A bare grpc.aio forwarder in front of ``upstream`` (bench.hops: raw-bytes generic
+    handlers, no parsing): what any Python hop costs, the floor the batcher is measured against."""
+
+    def __init__(self, run_dir: Path, name: str, upstream: str) -> None:
+        self.port = free_port()
+        argv = python("bench.hops", "upstream", str(self.port), upstream)
+        super().__init__(name, argv, run_dir / "logs" / f"{name}.log", QUIET)
 
     @property
     def url(self) -> str:
@@ -146,6 +168,7 @@ class Fleet:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
         self.processes: list[Process] = []
+        self.eds_port = 0  # behind_envoy's control plane
 
     async def replica(
         self, name: str, params: Params, scale: float, max_queue_delay_us: int | None
@@ -155,17 +178,36 @@ class Fleet:
         await replica.start()
         return replica
 
-    async def batcher(self, name: str, upstream: str, delay_ms: float, max_inflight: int) -> str:
+    async def batcher(
+        self,
+        name: str,
+        upstream: str,
+        delay_ms: float,
+        max_inflight: int,
+        env: Mapping[str, str] | None = None,
+    ) -> str:
         """Start a batcher in front of ``upstream`` and wait until it is ready; its address."""
-        batcher = self._track(Batcher(self.run_dir, name, upstream, delay_ms, max_inflight))
+        batcher = self._track(Batcher(self.run_dir, name, upstream, delay_ms, max_inflight, env))
         await batcher.start()
         await self.ready([batcher])
         return batcher.url
 
-    async def ready(self, servers: Sequence[Replica | Batcher]) -> None:
+    async def forwarder(self, name: str, upstream: str) -> str:
+        """Start a bare forwarder in front of ``upstream`` and wait until it is ready."""
+        forwarder = self._track(Forwarder(self.run_dir, name, upstream))
+        await forwarder.start()
+        await self.ready([forwarder])
+        return forwarder.url
+
+    def batcher_metrics(self, url: str) -> str:
+        """The /metrics address of the batcher serving at ``url``."""
+        found = next(p for p in self.processes if isinstance(p, Batcher) and p.url == url)
+        return f"http://{HOST}:{found.metrics_port}/metrics"
+
+    async def ready(self, servers: Sequence[Replica | Batcher | Forwarder]) -> None:
         """Wait until each answers KServe ServerReady and ModelReady for the model."""
 
-        async def one(server: Replica | Batcher) -> None:
+        async def one(server: Replica | Batcher | Forwarder) -> None:
             async def ready() -> bool:
                 return await asyncio.to_thread(health.ready, server.url, MODEL)
 
@@ -185,6 +227,7 @@ class Fleet:
         )
         eds = self._track(EdsProcess(self.run_dir, endpoints, list(clusters)))
         await eds.start_ready()
+        self.eds_port = eds.port
         envoy = self._track(EnvoyProcess(self.run_dir, envoy_params(eds.port, list(clusters))))
         await envoy.start_ready()
         await asyncio.gather(
@@ -195,6 +238,14 @@ class Fleet:
             )
         )
         return {name: envoy.listener(name) for name in clusters}
+
+    def xds_bootstrap_env(self) -> dict[str, str]:
+        """gRPC's xDS bootstrap for the control plane :meth:`behind_envoy` started: what a
+        batcher dialling ``xds:///<cluster>`` needs."""
+        path = proxyless.write_bootstrap(
+            self.run_dir / "xds-bootstrap.json", f"{HOST}:{self.eds_port}"
+        )
+        return {proxyless.BOOTSTRAP_FILE_ENV: str(path)}
 
     def _track(self, process: P) -> P:
         self.processes.append(process)

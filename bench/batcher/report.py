@@ -46,16 +46,18 @@ def print_tables(result: dict[str, Any], params: Params) -> None:
             "batcher img/s",
             "gain",
             "p99 ms (no / batcher)",
+            "in the batcher ms: arrival to send / upstream",
         ):
             table.add_column(column, justify="right")
         for p in result["throughput"]["points"]:
-            nb, b = p["no_batching"], p["batcher"]
+            nb, b, inside = p["no_batching"], p["batcher"], p["batcher_inside_ms"]
             table.add_row(
                 str(p["concurrency"]),
                 f"{nb['images_per_s']:.1f}",
                 f"{b['images_per_s']:.1f}",
                 f"{p['gain']:.2f}x",
                 f"{nb['p99_ms']:.1f} / {b['p99_ms']:.1f}",
+                f"{inside['queue']:.2f} / {inside['upstream']:.2f}",
             )
         console.print(table)
     if "scale_out" in result:
@@ -98,13 +100,65 @@ def print_tables(result: dict[str, Any], params: Params) -> None:
         a = result["added_latency"]
         console.print(
             f"added latency at concurrency 1, max_queue_delay 0: p50 {a['direct_p50_ms']:.2f} ms "
-            f"direct, {a['batcher_p50_ms']:.2f} ms through the batcher: "
-            f"[bold]added_p50_ms = {a['added_p50_ms']:.3f}[/] (median of paired differences "
-            f"{a['added_median_of_pairs_ms']:.3f} ms)"
+            f"direct, {a['forwarder_p50_ms']:.2f} ms through a bare forwarder, "
+            f"{a['batcher_p50_ms']:.2f} ms through the batcher: [bold]added_p50_ms = "
+            f"{a['added_p50_ms']:.3f}[/], of which any Python hop "
+            f"{a['forwarder_added_p50_ms']:.3f} and the batcher's own {a['own_p50_ms']:.3f}; "
+            f"inside its handler (mean) {a['batcher_handler_mean_ms']:.3f} ms: arrival to send "
+            f"{a['batcher_arrival_to_send_mean_ms']:.3f}, the upstream call "
+            f"{a['batcher_upstream_mean_ms']:.3f}"
         )
+    if "balance" in result:
+        b = result["balance"]
+        table = Table(
+            title=f"SIMULATED GPU: the batch hop over two GPUs, one {b['slower']:g}x slower "
+            f"(closed loop of {b['concurrency']})"
+        )
+        for column in ("dialled", "images/s", "p50 ms", "p99 ms", "share to the faster"):
+            table.add_column(column, justify="right")
+        for name in ("envoy_least_request", "proxyless_round_robin"):
+            p = b[name]
+            table.add_row(
+                name.replace("_", " "), f"{p['images_per_s']:.1f}", f"{p['p50_ms']:.1f}",
+                f"{p['p99_ms']:.1f}", f"{p['share_to_the_faster']:.2f}",
+            )  # fmt: skip
+        console.print(table)
     table = Table(title="goals")
     table.add_column("goal")
     table.add_column("met", justify="center")
     for goal, met in result["goals"].items():
         table.add_row(goal, "-" if met is None else ("[green]yes[/]" if met else "[red]no[/]"))
     console.print(table)
+    for line in why(result, params):
+        console.print(f"[red]why:[/] {line}")
+
+
+def why(result: dict[str, Any], params: Params) -> list[str]:
+    """For each goal not met, what the run measured that says why."""
+    lines = []
+    goals_met = result.get("goals", {})
+    if goals_met.get("added_p50_ms <= 1") is False:
+        a = result["added_latency"]
+        lines.append(
+            f"the batcher added {a['added_p50_ms']:.3f} ms at p50; a bare grpc.aio forwarder adds "
+            f"{a['forwarder_added_p50_ms']:.3f} ms on this machine (a hop's own RPC in and out), "
+            f"so the batcher's own is {a['own_p50_ms']:.3f} ms, "
+            f"{a['batcher_arrival_to_send_mean_ms']:.3f} of it between arrival and send (mean)"
+        )
+    if goals_met.get("gain_at_64 >= 4") is False:
+        gain = result["throughput"]["gain_at_64"]
+        lines.append(
+            f"at concurrency 64 the batcher gave {gain}x; each batch is t0 {params.t0_ms} + "
+            f"k {params.k_ms}·b ms, so full batches of {params.max_batch} should give more: "
+            "look at its mean batch and what the machine's cores did during the run"
+        )
+    if goals_met.get("batcher at least as good at every point") is False:
+        for point in result["scale_out"]["points"]:
+            if not point["ok"]:
+                lines.append(
+                    f"N={point['replicas']}, load {point['load']:g}: batcher/triton-only ratios "
+                    f"{point['ratios']} outside the tolerance {params.tolerance:g}"
+                )
+    if goals_met.get("no errors") is False:
+        lines.append("requests failed during scale-out: the processes' logs say why (--keep-logs)")
+    return lines
