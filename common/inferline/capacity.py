@@ -55,3 +55,10 @@ ENVOY_MAX_REQUESTS = 4096  # per cluster: requests in flight and pending, each
 # inferline.retry's on a hop dialled proxyless.
 RETRY_BUDGET_PERCENT = 20.0
 MIN_RETRY_CONCURRENCY = 16
+# Retries of one request at one hop, each after a fully jittered exponential back-off (the n-th
+# waits up to (2^n - 1) x the base, at most the cap): Envoy's on every hop, inferline.retry's
+# on a hop dialled proxyless. Not 1: right after a kill -9 the dead replica can be picked again
+# before its balancer has seen the connection go (1 of ~150 requests failed so with one retry).
+HOP_RETRIES = 3
+RETRY_BACK_OFF_S = 0.01
+RETRY_BACK_OFF_MAX_S = 0.1

@@ -7,8 +7,8 @@ Envoy would have done for it:
 
 * a replica that hangs: a keepalive PING each second, its connection closed when one goes
   unanswered for a second (Envoy's PINGs to its upstreams); what was in flight on it fails;
-* a replica that dies or hangs under a request: that request retried once on another, within
-  the retry budget (:mod:`inferline.retry`);
+* a replica that dies or hangs under a request: that request retried on another, as Envoy
+  would (up to three times, backing off), within the retry budget (:mod:`inferline.retry`);
 * a replica starting, draining or not ready: the control plane's health (its endpoints'
   EDS status), which gRPC honours.
 """

@@ -1,8 +1,9 @@
-"""One retry for a hop dialled proxyless: what is retried, how often, within which budget; and
+"""Retries for a hop dialled proxyless: what is retried, how often, within which budget; and
 the trailer that tells a relayed error from a replica's own, set by a real grpc.aio server."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 
 from inferline import capacity, dial
 from inferline.errors import ANSWERED, InferError, from_upstream, grpc_boundary
-from inferline.retry import REFUSED, RETRIED, RetryBudget, once, retryable
+from inferline.retry import REFUSED, RETRIED, RetryBudget, back_off, retried, retryable
 from inferline_testing.ports import free_port
 
 SERVICE = "test.Retry"
@@ -44,15 +45,39 @@ class Attempts:
         return "answer"
 
 
-async def test_a_request_that_met_a_replica_going_away_is_retried_once() -> None:
+async def test_a_request_that_met_a_replica_going_away_is_retried_up_to_envoys_count() -> None:
     counted: list[str] = []
     attempts = Attempts(failure(grpc.StatusCode.UNAVAILABLE))
     assert await RetryBudget().call(attempts, counted.append) == "answer"
     assert attempts.calls == 2 and counted == [RETRIED]
-    twice = Attempts(failure(grpc.StatusCode.UNAVAILABLE), failure(grpc.StatusCode.UNAVAILABLE))
+    always = Attempts(*[failure(grpc.StatusCode.UNAVAILABLE)] * (capacity.HOP_RETRIES + 1))
+    budget = RetryBudget()
     with pytest.raises(grpc.aio.AioRpcError):
-        await RetryBudget().call(twice, lambda _: None)
-    assert twice.calls == 2  # once, not again
+        await budget.call(always, lambda _: None)
+    assert always.calls == 1 + capacity.HOP_RETRIES  # and no more
+    assert budget.requests == 0 and budget.retries == 0
+
+
+def test_each_retry_waits_a_jittered_back_off_growing_to_a_cap() -> None:
+    for retry in range(1, 6):
+        ceiling = min((2**retry - 1) * capacity.RETRY_BACK_OFF_S, capacity.RETRY_BACK_OFF_MAX_S)
+        waits = [back_off(retry) for _ in range(200)]
+        assert all(0 <= wait <= ceiling for wait in waits), retry
+        assert max(waits) > ceiling / 2 and min(waits) < ceiling / 2  # spread, not fixed
+
+
+async def test_a_retrying_request_holds_one_of_the_budgets_retries() -> None:
+    budget = RetryBudget(percent=0, min_concurrency=1)
+    twice = Attempts(failure(grpc.StatusCode.UNAVAILABLE), failure(grpc.StatusCode.UNAVAILABLE))
+    retried_once = asyncio.Event()
+    retrying = asyncio.create_task(budget.call(twice, lambda _: retried_once.set()))
+    await retried_once.wait()
+    refused: list[str] = []
+    with pytest.raises(grpc.aio.AioRpcError):  # the one retry the budget has is taken
+        await budget.call(Attempts(failure(grpc.StatusCode.UNAVAILABLE)), refused.append)
+    assert refused == [REFUSED]
+    assert await retrying == "answer"
+    assert budget.retries == 0 and budget.requests == 0
 
 
 async def test_what_is_not_retryable_fails_at_once() -> None:
@@ -90,7 +115,7 @@ async def test_a_hop_through_envoy_never_retries_itself() -> None:
     assert isinstance(dial.retry_budget("xds:///batcher"), RetryBudget)
     attempts = Attempts(failure(grpc.StatusCode.UNAVAILABLE))
     with pytest.raises(grpc.aio.AioRpcError):
-        await once(None, attempts, lambda _: None)
+        await retried(None, attempts, lambda _: None)
     assert attempts.calls == 1
 
 

@@ -101,6 +101,8 @@ class EnvoyParams:
     # at least min_retry_concurrency, so that the burst a kill -9 resets at once (every request
     # in flight on the lost replica) is retried whole.
     num_retries: int = 3
+    retry_back_off_s: float = 0.01  # fully jittered, exponential: up to (2^n - 1) x this
+    retry_back_off_max_s: float = 0.1
     retry_budget_percent: float = 20.0
     min_retry_concurrency: int = 16
     # The leaf hops (comma-separated clusters): UNAVAILABLE from their replicas is retried too.
@@ -209,6 +211,8 @@ class EnvoyParams:
             "max_pending_requests": self.max_pending_requests,
             "max_requests": self.max_requests,
             "num_retries": self.num_retries,
+            "retry_back_off": seconds(self.retry_back_off_s),
+            "retry_back_off_max": seconds(self.retry_back_off_max_s),
             "retry_budget_percent": self.retry_budget_percent,
             "min_retry_concurrency": self.min_retry_concurrency,
             "retry_buffer_bytes": self.retry_buffer_bytes,

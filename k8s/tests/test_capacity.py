@@ -79,11 +79,14 @@ def test_no_manifest_overrides_a_bound(target: str) -> None:
         assert not overridden, f"{container.where} sets {overridden}"
 
 
-def test_envoys_retry_budget_is_the_one_a_proxyless_hop_keeps() -> None:
-    """Envoy's retry budget (the manifests render its defaults) and inferline.retry's, which a
-    hop dialled proxyless keeps, are one budget."""
+def test_envoys_retries_are_the_ones_a_proxyless_hop_makes() -> None:
+    """Envoy's retries and retry budget (the manifests render its defaults) and
+    inferline.retry's, which a hop dialled proxyless makes, are one policy."""
     from inferline_envoy.config import EnvoyParams
 
     params = EnvoyParams()
     assert params.retry_budget_percent == capacity.RETRY_BUDGET_PERCENT
     assert params.min_retry_concurrency == capacity.MIN_RETRY_CONCURRENCY
+    assert params.num_retries == capacity.HOP_RETRIES
+    assert params.retry_back_off_s == capacity.RETRY_BACK_OFF_S
+    assert params.retry_back_off_max_s == capacity.RETRY_BACK_OFF_MAX_S

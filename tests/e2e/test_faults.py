@@ -13,7 +13,7 @@ sent is counted, the ones in flight on the lost replica included.
   whose deadline is shorter than that could fail, and these have 10 s.
 
 Each runs with every inner hop through Envoy, and with middleman dialling the batchers proxyless
-(then middleman's own keepalive PINGs and its one retry, :mod:`inferline.retry`, do Envoy's part).
+(then middleman's own keepalive PINGs and its retries, :mod:`inferline.retry`, do Envoy's part).
 """
 
 from __future__ import annotations
@@ -60,4 +60,4 @@ async def test_losing_one_replica_of_a_tier_fails_no_request(
     run = await faults.lose_one(fault_stack, tier, fault, images())
     print(f"\n{faults.table([run])}")
     assert run.replica_requests > 0  # it had work when it was lost
-    assert run.failed == {}, run.row()
+    assert run.failed == {}, (run.row(), run.messages)

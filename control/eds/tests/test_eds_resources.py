@@ -88,7 +88,8 @@ def test_resources_for_proxyless_grpc_reference_each_other_over_ads() -> None:
     route = RouteConfiguration.parse(snapshot.of_type(ROUTES)["triton"].body)
     action = route.virtual_hosts[0].routes[0].route
     assert action is not None and action.cluster == "triton"
-    # no retries of gRPC's own: the client retries once, within its budget (inferline.retry)
+    # no retries of gRPC's own: the client retries as Envoy would, within its budget
+    # (inferline.retry)
     assert action.retry_policy is None
     cluster = Cluster.parse(snapshot.of_type(CLUSTERS)["triton"].body)
     assert cluster.type == ClusterDiscoveryType.EDS

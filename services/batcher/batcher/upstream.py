@@ -55,7 +55,7 @@ class Upstream:
             return bytes(await self._infer(request, timeout=max(0.0, deadline - time.monotonic())))
 
         try:
-            return await retry.once(
+            return await retry.retried(
                 self.budget, attempt, lambda outcome: RETRIES.labels(outcome).inc()
             )
         except grpc.aio.AioRpcError as exc:

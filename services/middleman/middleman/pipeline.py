@@ -125,7 +125,7 @@ class RemotePreprocessor:
         request.outputs.add(name=preprocessing.ERRORS)
         request.outputs.add(name=preprocessing.TENSOR)
         try:
-            response = await retry.once(
+            response = await retry.retried(
                 self.budget, _attempt(self.stub.ModelInfer, request, time_left), self._retried
             )
         except grpc.aio.AioRpcError as exc:
@@ -194,7 +194,7 @@ class TritonUpstream:
         errors: bool = False,
     ) -> npt.NDArray[np.float32]:
         try:
-            response = await retry.once(
+            response = await retry.retried(
                 self.budget, _attempt(self.stub.ModelInfer, request, time_left), self._retried
             )
             if errors:
