@@ -7,7 +7,9 @@ a component's patch or a generator does is what is checked.
   kustomization (``components/preflight``: the base, the components it needs, then it);
   ``everything`` is the base with every component, the opt-in ones too, and the default
   placement (in-pod) last; ``everything/remote`` the same without a placement component (the
-  base's remote placement), ``everything/in-process`` with components/in-process instead;
+  base's remote placement), ``everything/in-process`` with components/in-process instead; each
+  of them followed by ``/through-envoy`` is the same with components/through-envoy in place of
+  components/mtls (which includes it): the batcher hop through Envoy without mTLS;
 * :func:`pod_specs`, :func:`containers` — every pod template and every container in it.
 
 kubectl (1.32, kustomize v5.5) is required: without it the tests skip, saying so, unless
@@ -63,6 +65,9 @@ COMPONENT_NEEDS: dict[str, tuple[str, ...]] = {
     # what the components before them add for it); alone on the base, they need nothing.
     "in-pod": (),
     "in-process": (),
+    # The batcher hop through Envoy: in any placement (after it: its policy patches follow the
+    # placement's). components/mtls includes it.
+    "through-envoy": (),
     # mTLS behind Envoy: to the in-pod placement's GPU pods (their preprocess), so after it.
     "mtls": ("in-pod",),
     # The models from an object store or a volume (one or the other: both replace the models
@@ -84,6 +89,9 @@ ALL_BUT_PLACEMENTS = (
     "tensorrt-cache",
 )  # fmt: skip
 AFTER_PLACEMENT = ("mtls",)  # components that change what the default placement made
+# Components another one includes (its kustomization's `components:`), so in `everything` through
+# it: included -> includer.
+INCLUDED = {"through-envoy": "mtls"}
 # Components that do another way what one in `everything` does: rendered on their own only.
 ALTERNATIVES = ("model-store-pvc",)  # the models on a volume, not in an object store
 EVERYTHING = (*ALL_BUT_PLACEMENTS, DEFAULT_PLACEMENT, *AFTER_PLACEMENT)
@@ -93,10 +101,18 @@ EVERYTHING_BY_PLACEMENT = {
     "everything/remote": ALL_BUT_PLACEMENTS,
     "everything/in-process": (*ALL_BUT_PLACEMENTS, "in-process"),
 }
+# The same with the batcher hop through Envoy and no mTLS: components/through-envoy last (in place
+# of components/mtls, which includes it), in each placement.
+EVERYTHING_THROUGH_ENVOY = {
+    f"{target}/through-envoy": (*(n for n in names if n != INCLUDED["through-envoy"]),
+                                "through-envoy")
+    for target, names in EVERYTHING_BY_PLACEMENT.items()
+}  # fmt: skip
 TARGETS = (
     *(f"overlays/{name}" for name in OVERLAYS),
     *(f"components/{name}" for name in COMPONENT_NEEDS),
     *EVERYTHING_BY_PLACEMENT,
+    *EVERYTHING_THROUGH_ENVOY,
 )
 WORKLOAD_KINDS = ("Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job")
 
@@ -131,6 +147,8 @@ def component_kustomization(names: tuple[str, ...], folder: Path) -> dict[str, A
 def target_components(target: str) -> tuple[str, ...]:
     if target in EVERYTHING_BY_PLACEMENT:
         return EVERYTHING_BY_PLACEMENT[target]
+    if target in EVERYTHING_THROUGH_ENVOY:
+        return EVERYTHING_THROUGH_ENVOY[target]
     name = target.removeprefix("components/")
     return (*COMPONENT_NEEDS[name], name)
 

@@ -311,7 +311,7 @@ async def test_rendered_eds_and_envoy_route_to_every_services_endpoints(
         middleman, {"metadata.name": middleman_pod, "metadata.namespace": namespace}
     )
     batcher_target = middleman_env["INFERLINE_MIDDLEMAN_TRITON_URL"]
-    assert batcher_target == "xds:///batcher", "proxyless without components/mtls"
+    assert batcher_target == "xds:///batcher", "proxyless without through-envoy"
     middleman_bootstrap = json.loads(middleman_env[proxyless.BOOTSTRAP_CONFIG_ENV])
     assert middleman_bootstrap["node"]["id"] == middleman_pod, "$(POD_NAME), expanded"
     [xds_server] = middleman_bootstrap["xds_servers"]

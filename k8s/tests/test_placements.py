@@ -8,9 +8,10 @@ with its shared-memory protocol restricted to it (the rendered command is run he
 stand-in for tritonserver); the preprocess calls that Triton with that token file; Service
 triton's `grpc` port is the preprocess's; no preprocess pool; middleman in-pod. in-process: no
 preprocess anywhere. In every placement middleman dials the batchers proxyless (xds:///batcher,
-gRPC's xDS client bootstrapped at eds), and through Envoy's batcher listener with components/mtls.
-For each placement, the network policies allow exactly its hops, the batcher hop as middleman
-dials it.
+gRPC's xDS client bootstrapped at eds), and through Envoy's batcher listener with
+components/through-envoy (on its own, in every placement, or in components/mtls, which includes
+it). For each placement, the network policies allow exactly its hops, the batcher hop as
+middleman dials it.
 """
 
 from __future__ import annotations
@@ -29,16 +30,19 @@ import yaml
 from inferline_envoy import proxyless
 from k8s.tests.manifests import (
     DEFAULT_PLACEMENT,
+    EVERYTHING_THROUGH_ENVOY,
     K8S,
     NAMESPACE,
     OVERLAYS,
     PLACEMENTS,
+    TARGETS,
     Container,
     containers,
     envoy_bootstrap,
     find,
     pod_specs,
     render,
+    target_components,
 )
 from k8s.tests.test_policy import quantity
 
@@ -282,18 +286,21 @@ def test_in_process_renders_with_no_preprocess_anywhere(target: str) -> None:
     assert triton.spec["args"][0] == "tritonserver" and triton.port("grpc") == 8001
 
 
-# -- the batcher hop: proxyless by default, through Envoy with components/mtls -------------------
+# -- the batcher hop: proxyless by default, through Envoy with components/through-envoy or mtls ---
 
 PROXYLESS_URL = "xds:///batcher"  # gRPC's xDS client, the batcher cluster eds serves
 ENVOY_URL = "envoy:8082"  # Envoy's batcher listener
 EDS_ADDRESS = "eds:18000"  # Service eds, port grpc: what the bootstrap's ADS dials
 NODE_ID = "$(POD_NAME)"  # the pod's name, expanded by the kubelet
-# Every render of the base without components/mtls (each placement, the overlays), and with it.
+# Every render of the base without components/through-envoy (each placement, the overlays), and
+# with it: on its own (the base's placement, then each placement with every other component), and
+# in components/mtls, which includes it.
 PROXYLESS_TARGETS = (
     *(f"overlays/{o}" for o in OVERLAYS), "everything/remote", "everything/in-process",
     "components/in-pod", "components/in-process", "components/network-policies",
 )  # fmt: skip
 MTLS_TARGETS = ("everything", "components/mtls")
+ENVOY_HOP_TARGETS = ("components/through-envoy", *EVERYTHING_THROUGH_ENVOY, *MTLS_TARGETS)
 XDS_ENV = (proxyless.BOOTSTRAP_CONFIG_ENV, proxyless.BOOTSTRAP_FILE_ENV, "POD_NAME")
 
 
@@ -304,9 +311,16 @@ def middleman(objects: list[dict[str, Any]]) -> Container:
 
 
 def test_every_render_is_checked_for_its_batcher_dialling() -> None:
-    """The everything renders and the overlays: each in one of the two lists below."""
-    covered = {*PROXYLESS_TARGETS, *MTLS_TARGETS}
+    """The everything renders and the overlays: each in one of the two lists below; every render
+    with components/through-envoy or components/mtls in the second."""
+    covered = {*PROXYLESS_TARGETS, *ENVOY_HOP_TARGETS}
     assert {*(f"overlays/{o}" for o in OVERLAYS), *HOPS} <= covered
+    through_envoy = {
+        t for t in TARGETS
+        if not t.startswith("overlays/") and {"through-envoy", "mtls"} & {*target_components(t)}
+    }  # fmt: skip
+    assert through_envoy == set(ENVOY_HOP_TARGETS)
+    assert not set(PROXYLESS_TARGETS) & through_envoy
 
 
 @pytest.mark.parametrize("target", PROXYLESS_TARGETS)
@@ -338,24 +352,28 @@ def test_middleman_dials_the_batchers_proxyless_bootstrapped_at_eds(target: str)
     assert [p["name"] for p in batcher_ports] == [eds.env()["INFERLINE_EDS_PORT_NAME"]]
 
 
-@pytest.mark.parametrize("target", MTLS_TARGETS)
-def test_under_mtls_middleman_dials_the_batchers_through_envoy(target: str) -> None:
-    """A proxyless client presents no certificate, which the batchers' (and eds's) mTLS ports
-    ask for: Envoy's batcher listener, which presents its own, carries the hop."""
+@pytest.mark.parametrize("target", ENVOY_HOP_TARGETS)
+def test_with_through_envoy_or_mtls_middleman_dials_the_batchers_through_envoy(target: str) -> None:
+    """components/through-envoy: Envoy's batcher listener carries the hop, no proxyless bootstrap
+    left. Over mTLS exactly under components/mtls, which includes it: a proxyless client presents
+    no certificate, which the batchers' (and eds's) mTLS ports ask for, and Envoy presents its
+    own."""
     objects = render(target)
     env = middleman(objects).env()
     assert env["INFERLINE_MIDDLEMAN_TRITON_URL"] == ENVOY_URL
     assert not set(XDS_ENV) & set(env), "no proxyless bootstrap"
-    [batcher] = [c for c in containers([find(objects, "Deployment", "batcher")])
-                 if c.name == "batcher"]  # fmt: skip
-    assert "INFERLINE_BATCHER_TLS_CA" in batcher.env(), "the batchers ask for a certificate"
-    # Envoy's listener on that port routes to its batcher cluster, over mTLS.
+    # Envoy's listener on that port routes to its batcher cluster; Service envoy has that port.
     params = envoy_bootstrap(objects).params
     host, port = ENVOY_URL.split(":")
     assert dict(params.listeners)["batcher"] == int(port)
-    assert "batcher" in params.tls_clusters
     service_ports = find(objects, "Service", host)["spec"]["ports"]
     assert {p["name"]: p["port"] for p in service_ports}["batcher"] == int(port)
+    # mTLS on that hop with components/mtls only: through-envoy alone changes no TLS.
+    under_mtls = target in MTLS_TARGETS
+    [batcher] = [c for c in containers([find(objects, "Deployment", "batcher")])
+                 if c.name == "batcher"]  # fmt: skip
+    assert ("INFERLINE_BATCHER_TLS_CA" in batcher.env()) == under_mtls, "the batchers' mTLS"
+    assert ("batcher" in params.tls_clusters) == under_mtls, "Envoy's mTLS to the batchers"
 
 
 # -- the network policies: exactly each placement's hops ------------------------------------------
@@ -403,16 +421,24 @@ def allows(policies: list[dict[str, Any]], kind: str, own: dict[str, str],
     )
 
 
-def hops(objects: list[dict[str, Any]]) -> set[tuple[str, str, int]]:
-    """(from, to, port) between the namespace's pods that the policies allow both ways, on every
-    port a pod declares or a policy names."""
-    policies = [o for o in objects if o["kind"] == "NetworkPolicy"
-                and o["metadata"]["namespace"] == NAMESPACE]  # fmt: skip
-    pods = {
+def namespace_policies(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == "NetworkPolicy"
+            and o["metadata"]["namespace"] == NAMESPACE]  # fmt: skip
+
+
+def namespace_pods(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The namespace's pod templates by their name label."""
+    return {
         template["metadata"]["labels"]["app.kubernetes.io/name"]: template
         for obj, template in pod_specs(objects)
         if obj["metadata"]["namespace"] == NAMESPACE
     }
+
+
+def hops(objects: list[dict[str, Any]]) -> set[tuple[str, str, int]]:
+    """(from, to, port) between the namespace's pods that the policies allow both ways, on every
+    port a pod declares or a policy names."""
+    policies, pods = namespace_policies(objects), namespace_pods(objects)
     named = {
         p["port"]
         for policy in policies
@@ -448,27 +474,34 @@ COMMON = {
     ("prometheus-adapter", "prometheus-adapter", 6443),
 }  # fmt: skip
 # The batcher hop: middleman to the batcher pods and to eds (its proxyless channel's ADS), by
-# default; middleman → Envoy :8082 → batcher with components/mtls.
+# default; middleman → Envoy :8082 → batcher with components/through-envoy (or mtls).
 PROXYLESS_HOP = {("middleman", "batcher", 8092), ("middleman", "eds", 18000)}
 ENVOY_HOP = {("middleman", "envoy", 8082), ("envoy", "batcher", 8092)}
+# Each placement's own: the decoders' hops, and how Envoy reaches Triton.
 IN_POD_HOPS = {("envoy", "triton", 8091), ("prometheus", "triton", 9181)}
+REMOTE_HOPS = {
+    ("middleman", "envoy", 8081), ("envoy", "preprocess", 8091), ("envoy", "triton", 8001),
+    ("prometheus", "preprocess", 9181),
+}  # fmt: skip
+IN_PROCESS_HOPS = {("envoy", "triton", 8001)}
 HOPS = {
-    "everything/remote": COMMON | PROXYLESS_HOP | {
-        ("middleman", "envoy", 8081), ("envoy", "preprocess", 8091), ("envoy", "triton", 8001),
-        ("prometheus", "preprocess", 9181),
-    },
+    "everything/remote": COMMON | PROXYLESS_HOP | REMOTE_HOPS,
+    "everything/remote/through-envoy": COMMON | ENVOY_HOP | REMOTE_HOPS,
     "everything": COMMON | ENVOY_HOP | IN_POD_HOPS,  # with components/mtls
-    "everything/in-process": COMMON | PROXYLESS_HOP | {("envoy", "triton", 8001)},
+    "everything/through-envoy": COMMON | ENVOY_HOP | IN_POD_HOPS,
+    "everything/in-process": COMMON | PROXYLESS_HOP | IN_PROCESS_HOPS,
+    "everything/in-process/through-envoy": COMMON | ENVOY_HOP | IN_PROCESS_HOPS,
     **{f"overlays/{o}": COMMON | PROXYLESS_HOP | IN_POD_HOPS for o in OVERLAYS},
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("target", HOPS)
-def test_the_policies_allow_exactly_each_placements_hops_with_the_batchers_proxyless(
+def test_the_policies_allow_exactly_each_placements_hops_proxyless_or_through_envoy(
     target: str,
 ) -> None:
     """Each placement's hops; the batcher hop proxyless (middleman → batcher, middleman → eds)
-    but with components/mtls (in `everything`): middleman → Envoy :8082 → batcher."""
+    but with components/through-envoy (the `/through-envoy` renders, and `everything` through
+    components/mtls): middleman → Envoy :8082 → batcher."""
     found = hops(render(target))
     expected = HOPS[target]
     assert found == expected, (
@@ -480,13 +513,24 @@ def test_the_policies_allow_exactly_each_placements_hops_with_the_batchers_proxy
 @pytest.mark.parametrize("target", HOPS)
 def test_the_policies_allow_the_batcher_hop_as_middleman_dials_it(target: str) -> None:
     """Proxyless: to the batcher pods and eds, and no way through Envoy's batcher listener
-    left open; through Envoy (components/mtls): that way only."""
+    left open; through Envoy (components/through-envoy, or mtls): that way only."""
     objects = render(target)
     found = hops(objects)
     proxyless_hop = middleman(objects).env()["INFERLINE_MIDDLEMAN_TRITON_URL"] == PROXYLESS_URL
     allowed, closed = (PROXYLESS_HOP, ENVOY_HOP) if proxyless_hop else (ENVOY_HOP, PROXYLESS_HOP)
     assert allowed <= found, sorted(allowed - found)
     assert not closed & found, sorted(closed & found)
+    # Closed at both ends: neither the source's egress nor the target's ingress lets it through.
+    policies, pods = namespace_policies(objects), namespace_pods(objects)
+    for source, target_pod, port in closed:
+        src, dst = (pods[name]["metadata"]["labels"] for name in (source, target_pod))
+        assert not allows(policies, "Egress", src, dst, port), (source, target_pod, port, "egress")
+        assert not allows(policies, "Ingress", dst, src, port), (
+            source,
+            target_pod,
+            port,
+            "ingress",
+        )
 
 
 def test_the_hop_check_sees_a_policy_that_allows_too_much() -> None:

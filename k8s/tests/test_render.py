@@ -11,6 +11,7 @@ instead. Every other kind must have a schema.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -23,6 +24,7 @@ from k8s.tests.manifests import (
     ALTERNATIVES,
     COMPONENT_NEEDS,
     EVERYTHING,
+    INCLUDED,
     K8S,
     KUBERNETES_VERSION,
     NAMESPACE,
@@ -52,8 +54,20 @@ def test_every_component_is_covered() -> None:
     """A new component must be added to COMPONENT_NEEDS (and so to these tests)."""
     folders = {p.name for p in (K8S / "components").iterdir() if p.is_dir()}
     assert folders == set(COMPONENT_NEEDS)
-    everything_or_alternative = (*ALL_BUT_PLACEMENTS, *PLACEMENTS, *AFTER_PLACEMENT, *ALTERNATIVES)
+    everything_or_alternative = (
+        *ALL_BUT_PLACEMENTS, *PLACEMENTS, *AFTER_PLACEMENT, *ALTERNATIVES, *INCLUDED,
+    )  # fmt: skip
     assert sorted(everything_or_alternative) == sorted(COMPONENT_NEEDS)
+    # An included component is in `everything` through the one that includes it, which is.
+    includes = {
+        Path(nested).name: name
+        for name in COMPONENT_NEEDS
+        for nested in yaml.safe_load(
+            (K8S / "components" / name / "kustomization.yaml").read_text()
+        ).get("components") or []
+    }  # fmt: skip
+    assert includes == INCLUDED
+    assert set(INCLUDED.values()) <= set(EVERYTHING)
     placement = len(EVERYTHING) - len(AFTER_PLACEMENT) - 1
     assert EVERYTHING[placement] in PLACEMENTS
     assert not set(EVERYTHING) - {EVERYTHING[placement]} & set(PLACEMENTS)
@@ -206,6 +220,10 @@ PORTS_BY_TARGET = {
     "everything": (IN_POD_SERVICE_PORTS, MTLS_CONTAINER_PORTS),
     "everything/remote": (SERVICE_PORTS, CONTAINER_PORTS),
     "everything/in-process": (IN_PROCESS_SERVICE_PORTS, IN_PROCESS_CONTAINER_PORTS),
+    # components/through-envoy moves no port: each placement's.
+    "everything/through-envoy": (IN_POD_SERVICE_PORTS, IN_POD_CONTAINER_PORTS),
+    "everything/remote/through-envoy": (SERVICE_PORTS, CONTAINER_PORTS),
+    "everything/in-process/through-envoy": (IN_PROCESS_SERVICE_PORTS, IN_PROCESS_CONTAINER_PORTS),
 }
 
 
