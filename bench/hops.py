@@ -2,6 +2,8 @@
 -> bench/results/hops.json.
 
     python -m bench.hops [--seconds 10] [--rounds 2] [--images 1,8] [--hops floor,middleman,batcher]
+    python -m bench.hops --hops middleman,middleman@/tmp/before   # a cut, before/after
+
 
 One hop at a time runs as its real process (middleman in the in-pod placement, the batcher) in
 front of a fake upstream that answers at once (any ModelInfer with PROBS and empty ERRORS for
@@ -11,7 +13,10 @@ hop's. The hop's utime + stime over the run, divided by the requests answered, i
 request. Beside it, the floor of this machine: a grpc.aio server with a raw-bytes generic
 handler that answers at once (one side), and one that forwards each call to the fake upstream
 (two sides: what a hop that only passes requests on costs). Rounds alternate the hops, so a
-cut's before/after pair is read from one sitting.
+cut's before/after pair is read from one sitting: ``<hop>@<dir>`` runs the hop from another
+checkout of this repository (``git worktree add /tmp/before <rev>``), its service and
+``common`` first on the path, beside the hop from this one. Results from another checkout are
+printed, not written.
 """
 
 from __future__ import annotations
@@ -181,6 +186,8 @@ def hop(name: str, upstream_port: int) -> Iterator[tuple[int, int]]:
     """The measured process in front of the fake upstream: its port and pid."""
     port, metrics = free_port(), free_port()
     target = f"127.0.0.1:{upstream_port}"
+    name, _, tree = name.partition("@")
+    path = {"PYTHONPATH": f"{tree}/common:{tree}/services/{name}"} if tree else {}
     if name == "floor-leaf":
         process = spawn(me("upstream", str(port)))
     elif name == "floor-forward":
@@ -194,14 +201,14 @@ def hop(name: str, upstream_port: int) -> Iterator[tuple[int, int]]:
             "INFERLINE_MIDDLEMAN_REPOSITORY": str(REPOSITORY), "INFERLINE_MIDDLEMAN_MODELS": MODEL,
             "INFERLINE_MIDDLEMAN_TRITON_MODEL": MODEL,
         }  # fmt: skip
-        process = spawn([sys.executable, "-m", "middleman"], env)
+        process = spawn([sys.executable, "-m", "middleman"], {**env, **path})
     elif name == "batcher":
         env = {
             "INFERLINE_BATCHER_HOST": "127.0.0.1", "INFERLINE_BATCHER_PORT": str(port),
             "INFERLINE_BATCHER_METRICS_PORT": str(metrics),
             "INFERLINE_BATCHER_UPSTREAM_URL": target,
         }  # fmt: skip
-        process = spawn([sys.executable, "-m", "batcher"], env)
+        process = spawn([sys.executable, "-m", "batcher"], {**env, **path})
     else:
         raise SystemExit(f"unknown hop {name!r}; choose from {', '.join(HOPS)}")
     try:
@@ -215,7 +222,7 @@ def hop(name: str, upstream_port: int) -> Iterator[tuple[int, int]]:
 
 
 def measure(name: str, images: list[bytes], seconds: float, upstream_port: int) -> dict[str, float]:
-    model = "classifier" if name == "middleman" else MODEL
+    model = "classifier" if name.startswith("middleman") else MODEL
     with tempfile.NamedTemporaryFile(prefix="inferline-hops-", suffix=".bin") as request:
         request.write(infer_request(images, model))
         request.flush()
@@ -259,7 +266,9 @@ def main() -> None:
             for round_ in range(options.rounds):
                 for name in options.hops.split(","):
                     figures = measure(name, images, options.seconds, upstream_port)
-                    results.setdefault(f"{count}_images", {}).setdefault(name, []).append(figures)
+                    if "@" not in name:
+                        row = results.setdefault(f"{count}_images", {}).setdefault(name, [])
+                        row.append(figures)
                     print(
                         f"{count} image(s)/request, round {round_}, {name}: {figures}", flush=True
                     )

@@ -7,9 +7,7 @@ outputs are always written as ``raw_output_contents``. BYTES elements are length
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -106,71 +104,24 @@ def find_input(
     return input_array(request, index)
 
 
-@dataclass(frozen=True)
-class Batch:
-    """A BYTES batch as the wire carries it: ``blob``, its length-prefixed elements, and the
-    offset where each starts (then the end). Sizes and slices without a copy of the images."""
-
-    blob: bytes
-    offsets: list[int]
-
-    @property
-    def count(self) -> int:
-        return len(self.offsets) - 1
-
-    def views(self) -> list[memoryview]:
-        """Each element, as a view of ``blob`` (no copy)."""
-        view = memoryview(self.blob)
-        return [view[a + 4 : b] for a, b in itertools.pairwise(self.offsets)]
-
-    def items(self) -> list[bytes]:
-        return [bytes(v) for v in self.views()]
-
-
-def find_batch_blob(
+def find_batch(
     request: service_pb2.ModelInferRequest, name: str, hint: str, max_batch: int
-) -> Batch:
-    """BYTES input ``name`` of shape [N, 1] or [N], 1 <= N <= ``max_batch``, as it came.
+) -> list[bytes]:
+    """BYTES input ``name`` of shape [N, 1] or [N], 1 <= N <= ``max_batch``, as a list.
 
     A batching model whose configuration says ``dims: [1]`` takes ``[N, 1]`` on Triton, and
     that is what a client building its request from the configuration sends; ``[N]`` is the
     shape most clients send for a list of files, and is accepted too.
     """
-    names = [t.name for t in request.inputs]
-    index = names.index(name) if name in names else -1
-    raw = 0 <= index < len(request.raw_input_contents)
-    if raw and request.inputs[index].datatype == "BYTES":
-        tensor = request.inputs[index]
-        shape = tuple(int(d) for d in tensor.shape)
-        blob = request.raw_input_contents[index]
-        try:
-            count = tensors.check_shape(shape)
-        except tensors.TensorError:
-            count = -1
-        offsets = tensors.bytes_offsets(blob, count) if count >= 0 else None
-        if offsets is None:  # the general path says what is wrong
-            find_input(request, name, "BYTES", hint)
-            raise invalid(f"input {name!r}: its contents do not match shape {list(shape)}")
-    else:
-        items = find_input(request, name, "BYTES", hint)
-        shape = items.shape
-        blob = join_bytes(items.reshape(-1))
-        offsets = tensors.bytes_offsets(blob, items.size) or [0]
-    if len(shape) == 2 and shape[1] == 1:
-        shape = (shape[0],)
-    if len(shape) != 1 or not 0 < shape[0] <= max_batch:
+    items = find_input(request, name, "BYTES", hint)
+    if items.ndim == 2 and items.shape[1] == 1:
+        items = items.reshape(-1)
+    if items.ndim != 1 or not 0 < items.shape[0] <= max_batch:
         raise invalid(
             f"input {name!r} must have shape [N, 1] or [N] with 1 <= N <= {max_batch} "
-            f"(max_batch); got {list(shape)}"
+            f"(max_batch); got {list(items.shape)}"
         )
-    return Batch(blob, offsets)
-
-
-def find_batch(
-    request: service_pb2.ModelInferRequest, name: str, hint: str, max_batch: int
-) -> list[bytes]:
-    """:func:`find_batch_blob`'s elements, as a list."""
-    return find_batch_blob(request, name, hint, max_batch).items()
+    return list(items)
 
 
 def add_output(

@@ -94,7 +94,7 @@ class Header:
         return -(-self.width // scale), -(-self.height // scale)
 
 
-def check_size(data: bytes | memoryview, limits: Limits) -> None:
+def check_size(data: bytes, limits: Limits) -> None:
     """Refuse an empty or over-sized image before anything else looks at it."""
     if not data:
         raise DecodeError("empty", "empty image: 0 bytes received")

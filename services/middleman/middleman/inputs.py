@@ -13,10 +13,9 @@ from inferline.errors import invalid
 from middleman.models import INPUT, INPUT_HINT, VIDEO_HINT, VIDEO_INPUT
 
 
-def images(request: service_pb2.ModelInferRequest, max_batch: int) -> kserve.Batch:
-    """The encoded images of a ``classifier`` request: BYTES [N], 1 <= N <= ``max_batch``, as
-    they came (no copy of them: the in-pod placement sends them on in the same framing)."""
-    return kserve.find_batch_blob(request, INPUT, INPUT_HINT, max_batch)
+def images(request: service_pb2.ModelInferRequest, max_batch: int) -> list[bytes]:
+    """The encoded images of a ``classifier`` request: BYTES [N], 1 <= N <= ``max_batch``."""
+    return kserve.find_batch(request, INPUT, INPUT_HINT, max_batch)
 
 
 def video(request: service_pb2.ModelInferRequest) -> bytes:

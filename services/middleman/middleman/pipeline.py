@@ -119,9 +119,7 @@ class RemotePreprocessor:
         self, images: Sequence[bytes], geometry: Geometry, time_left: float
     ) -> Pixels:
         check_sizes(images, self.limits)
-        request = images_request(
-            preprocessing.MODEL, kserve.join_bytes(images), len(images), geometry
-        )
+        request = images_request(preprocessing.MODEL, images, geometry)
         request.outputs.add(name=preprocessing.ERRORS)
         request.outputs.add(name=preprocessing.TENSOR)
         try:
@@ -175,15 +173,14 @@ class TritonUpstream:
         return await self._call(request, model, pixels.count, time_left)
 
     async def classify(
-        self, model: Classifier, images: kserve.Batch, time_left: float
+        self, model: Classifier, images: Sequence[bytes], time_left: float
     ) -> npt.NDArray[np.float32]:
         """The in-pod placement: ``images`` still encoded, to be decoded beside Triton (in the
-        GPU pod, behind the batcher), sent on as they came (the client's framing is the
-        upstream's); a refused image fails the request as decoding here would."""
-        request = images_request(model.model, images.blob, images.count, model.geometry)
+        GPU pod, behind the batcher); a refused image fails the request as decoding here would."""
+        request = images_request(model.model, images, model.geometry)
         request.outputs.add(name=model.output)
         request.outputs.add(name=preprocessing.ERRORS)
-        return await self._call(request, model, images.count, time_left, errors=True)
+        return await self._call(request, model, len(images), time_left, errors=True)
 
     async def _call(
         self,
@@ -255,7 +252,7 @@ def geometry_parameters(geometry: Geometry) -> dict[str, int]:
     return {preprocessing.RESIZE: geometry.resize, preprocessing.CROP: geometry.crop}
 
 
-def check_sizes(images: Sequence[bytes | memoryview], limits: Limits) -> None:
+def check_sizes(images: Sequence[bytes], limits: Limits) -> None:
     """The byte limit, before an image crosses the network to be decoded elsewhere."""
     for index, data in enumerate(images):
         try:
@@ -266,14 +263,13 @@ def check_sizes(images: Sequence[bytes | memoryview], limits: Limits) -> None:
 
 
 def images_request(
-    model: str, images: bytes, count: int, geometry: Geometry
+    model: str, images: Sequence[bytes], geometry: Geometry
 ) -> service_pb2.ModelInferRequest:
-    """``IMAGE`` BYTES ``[count]`` for ``model`` (``images``: their raw contents), with its
-    geometry (:mod:`inferline.preprocessing`)."""
+    """``IMAGE`` BYTES ``[N]`` for ``model``, with its geometry (:mod:`inferline.preprocessing`)."""
     request = service_pb2.ModelInferRequest(model_name=model)
-    request.inputs.add(name=preprocessing.IMAGE, datatype="BYTES", shape=[count])
+    request.inputs.add(name=preprocessing.IMAGE, datatype="BYTES", shape=[len(images)])
     preprocessing.set_geometry(request, geometry.resize, geometry.crop)
-    request.raw_input_contents.append(images)
+    request.raw_input_contents.append(kserve.join_bytes(images))
     return request
 
 

@@ -145,20 +145,17 @@ class ClassifierService(KServeServicer):
         self.check_size(request, model)
         counts = outputs.requested(request)
         images = inputs.images(request, self.max_batch)
-        views = images.views()
         budget = Budget.start(time_remaining, self.default_timeout)
-        with self.admitted(model, images.count, sum(map(len, views)), budget):
+        with self.admitted(model, len(images), sum(map(len, images)), budget):
             start = time.perf_counter()
             if self.preprocess is None:  # in-pod: decoded beside Triton, after the batcher
-                check_sizes(views, self.limits)
+                check_sizes(images, self.limits)
                 decoded = start
                 probabilities = await self.upstream.classify(
                     classifier, images, budget.left(STAGES[1])
                 )
             else:
-                batch = await self.preprocess(
-                    images.items(), classifier.geometry, budget.left(STAGES[0])
-                )
+                batch = await self.preprocess(images, classifier.geometry, budget.left(STAGES[0]))
                 decoded = time.perf_counter()
                 probabilities = await self.upstream.infer(classifier, batch, budget.left(STAGES[1]))
             inferred = time.perf_counter()
@@ -169,7 +166,7 @@ class ClassifierService(KServeServicer):
             STAGE_SECONDS.labels(model, "decode").observe(decoded - start)
         STAGE_SECONDS.labels(model, "infer").observe(inferred - decoded)
         STAGE_SECONDS.labels(model, "postprocess").observe(time.perf_counter() - inferred)
-        IMAGES.labels(model).inc(images.count)
+        IMAGES.labels(model).inc(len(images))
         return response
 
     def check_size(self, request: service_pb2.ModelInferRequest, model: str) -> None:
