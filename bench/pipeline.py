@@ -58,7 +58,7 @@ from inferline_stack.scale import scale
 from inferline_testing.overload import stack_groups
 from inferline_testing.procfs import group_pids, process_usage
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 200)  # a log: no wrapping
 
 REPOSITORY = ROOT / "build" / "model_repository"
 CLIENT = "demo client"
@@ -295,23 +295,28 @@ def scale_out(replicas: tuple[int, ...], duration_s: float) -> dict[str, Any]:
 
 
 def print_table(results: Mapping[str, Any]) -> None:
+    """One row per scenario (its key; the legend below says what each is), a column per
+    process and per figure: readable in a log as well as a terminal."""
     table = Table(title="CPU ms per image, by process (utime + stime over the run)")
-    table.add_column("process")
-    for result in results.values():
-        table.add_column(result["title"], justify="right")
-    for row in PROCESSES:
-        table.add_row(row, *(f"{r['cpu_ms_per_image'][row]:.2f}" for r in results.values()))
-    for key, label in (
+    table.add_column("scenario")
+    figures = (
         ("total_cpu_ms_per_image", "total"),
-        ("decoder_floor_ms_per_image", "decoder alone (plain loop)"),
-        ("pipeline_overhead_ms_per_image", "pipeline overhead"),
-        ("envoy_kib_per_image", "KiB through Envoy per image"),
+        ("decoder_floor_ms_per_image", "decoder alone"),
+        ("pipeline_overhead_ms_per_image", "overhead"),
+        ("envoy_kib_per_image", "KiB via Envoy"),
         ("images_per_s", "images/s"),
-        ("images_per_s_per_core", "images/s per core"),
-        ("cores_per_1000_images_per_s", "cores per 1,000 images/s"),
-    ):
-        table.add_row(label, *(str(r[key]) for r in results.values()), style="bold")
+    )
+    for name in (*PROCESSES, *(label for _, label in figures)):
+        table.add_column(name, justify="right")
+    for key, r in results.items():
+        table.add_row(
+            key,
+            *(f"{r['cpu_ms_per_image'][p]:.2f}" for p in PROCESSES),
+            *(f"[bold]{r[field]}[/bold]" for field, _ in figures),
+        )
     console.print(table)
+    for key, r in results.items():
+        console.print(f"  {key}: {r['title']}")
 
 
 def parse_compare(item: str, parser: argparse.ArgumentParser) -> tuple[str, float]:

@@ -224,6 +224,31 @@ def scale_out(pipeline: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def balance_table(batcher: Mapping[str, Any] | None) -> list[str]:
+    """The batch hop over two GPUs of unequal speed, each way it can be dialled."""
+    if not batcher or "balance" not in batcher:
+        return []
+    b = batcher["balance"]
+    lines = [
+        "",
+        f"The batch hop over two GPU pods, one {b['slower']:g}x slower than the other (`make "
+        f"bench-batcher`, simulated GPUs, closed loop of {b['concurrency']}):",
+        "",
+        "| dialled | images/s | p50 | p99 | share of requests to the faster pod |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, what in (
+        ("envoy_least_request", "through Envoy (least request)"),
+        ("proxyless_round_robin", "proxyless (gRPC's round robin)"),
+    ):
+        p = b[name]
+        lines.append(
+            f"| {what} | {p['images_per_s']:.1f} | {p['p50_ms']:.1f} ms | {p['p99_ms']:.1f} ms "
+            f"| {p['share_to_the_faster']:.2f} |"
+        )
+    return lines
+
+
 def section(results: Mapping[str, dict[str, Any] | None]) -> str:
     lines = [START, ""]
     pipeline = results["pipeline"]
@@ -236,6 +261,7 @@ def section(results: Mapping[str, dict[str, Any] | None]) -> str:
             "",
             *cpu_table(pipeline),
             *dial_table(pipeline),
+            *balance_table(results["batcher"]),
             *scale_out(pipeline),
         ]
     else:

@@ -25,7 +25,8 @@ FILENAME = "scale-out.json"
 
 ENDPOINT_REQUESTS = "envoy_cluster_endpoint_rq_total"
 BY_ENDPOINT = "envoy_endpoint_hostname"
-OTHER_HOPS = 'envoy_cluster_name=~"middleman|preprocess|batcher"'
+OTHER_HOPS = 'envoy_cluster_name=~"middleman|preprocess"'
+BATCHER_REQUESTS = "inferline_batcher_grpc_requests_total"
 BATCH_ITEMS = "inferline_batcher_batch_size_items"
 QUEUE_DEPTH = "inferline_batcher_queue_depth_requests"
 QUEUE_DELAY = "inferline_batcher_queue_delay_seconds"
@@ -141,7 +142,9 @@ def load_balancing() -> Sequence[Builder[Panel]]:
         timeseries_panel(
             "Requests/s per replica, every other hop",
             "How is the load spread over the replicas of middleman, preprocess and the batcher? "
-            "Envoy's per-endpoint requests per second for each of those clusters.",
+            "Envoy's per-endpoint requests per second for middleman and preprocess; the "
+            "batcher's own requests received per replica, since middleman dials the batchers "
+            "proxyless by default (no Envoy counts them then).",
             "reqps",
             [
                 Query(
@@ -149,7 +152,11 @@ def load_balancing() -> Sequence[Builder[Panel]]:
                     sum_rate(
                         ENDPOINT_REQUESTS, OTHER_HOPS, labels=f"envoy_cluster_name, {BY_ENDPOINT}"
                     ),
-                )
+                ),
+                Query(
+                    "batcher {{replica}}",
+                    sum_rate(BATCHER_REQUESTS, 'method="ModelInfer"', labels="replica"),
+                ),
             ],
             width=24,
         ),
