@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import grpc
 
-from inferline import capacity
+from inferline import capacity, tracing
 from inferline.retry import RetryBudget
 from inferline.server import channel_options
 
@@ -33,7 +33,11 @@ def channel(url: str, max_message_bytes: int = capacity.INNER_MESSAGE_BYTES) -> 
     """A channel to ``url``: Envoy's listener (a PING each 30 s), or a proxyless cluster (each
     second: the hop's replicas are reached without Envoy's own PINGs)."""
     keepalive_ms = KEEPALIVE_MS if proxyless(url) else 30000
-    return grpc.aio.insecure_channel(url, options=channel_options(max_message_bytes, keepalive_ms))
+    return grpc.aio.insecure_channel(
+        url,
+        options=channel_options(max_message_bytes, keepalive_ms),
+        interceptors=tracing.client_interceptors(),
+    )
 
 
 def retry_budget(url: str) -> RetryBudget | None:

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
-from inferline import logs
+from inferline import logs, tracing
 from inferline.config import ConfigError, load
 from inferline.metrics import start_metrics_server
 from inferline.server import wait_for_signal
@@ -60,6 +60,7 @@ def run(
 ) -> None:
     """``python -m <name>``: a bad configuration or a start-up failure exits with one line."""
     logs.setup()
+    tracing.setup(name)
     expected: tuple[type[Exception], ...] = (ConfigError, OSError, *fatal)
     try:
         prog = f"python -m {name}"

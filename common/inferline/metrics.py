@@ -135,13 +135,16 @@ def name_model(model: str) -> None:
     _current_call().model = model
 
 
-def _status(context: grpc.aio.ServicerContext[Any, Any], error: BaseException | None) -> str:
+def call_status(
+    context: grpc.aio.ServicerContext[Any, Any], error: BaseException | None
+) -> grpc.StatusCode:
+    """The status a call ended with: what the handler set, UNKNOWN for an error it raised."""
     code = context.code()
     if code is None:
-        code = grpc.StatusCode.UNKNOWN if error is not None else grpc.StatusCode.OK
+        return grpc.StatusCode.UNKNOWN if error is not None else grpc.StatusCode.OK
     if isinstance(code, int):  # grpc.aio reports codes set by abort() as ints
-        code = next((c for c in grpc.StatusCode if c.value[0] == code), grpc.StatusCode.UNKNOWN)
-    return str(code.name)
+        return next((c for c in grpc.StatusCode if c.value[0] == code), grpc.StatusCode.UNKNOWN)
+    return code
 
 
 class RpcMetrics(grpc.aio.ServerInterceptor):
@@ -205,7 +208,7 @@ class RpcMetrics(grpc.aio.ServerInterceptor):
             raise
         finally:
             inflight.dec()
-            code = _status(context, error)
+            code = call_status(context, error).name
             model = "" if code == "NOT_FOUND" else (call.model or "")
             self._child(self.collectors.requests, method, model, code).inc()
             elapsed = time.perf_counter() - start

@@ -17,6 +17,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from inferline import tracing
 from inferline.capacity import INNER_MESSAGE_BYTES
 from inferline.metrics import RpcMetrics
 from inferline.tls import ServerTls
@@ -104,7 +105,8 @@ async def start_server(
     same statuses (0 picks one): what a kubelet's gRPC probe reaches while the service's own
     port asks every client for a certificate (it presents none)."""
     server = grpc.aio.server(
-        interceptors=[RpcMetrics(name)], options=server_options(max_message_bytes)
+        interceptors=[*tracing.server_interceptors(), RpcMetrics(name)],
+        options=server_options(max_message_bytes),
     )
     for add in register:
         add(server)

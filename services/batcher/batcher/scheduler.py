@@ -17,10 +17,12 @@ from typing import Protocol
 
 import grpc
 from google.protobuf.message import DecodeError
+from opentelemetry import trace
 
 from batcher.batching import Request, Response, SplitError, merge, plan, split
 from batcher.metrics import ModelMetrics
 from batcher.queueing import EPSILON, BatchQueue, Entry, QueueFull
+from inferline import tracing
 from inferline.errors import InferError
 
 logger = logging.getLogger(__name__)
@@ -116,6 +118,7 @@ class Pending:
     raw: bytes
     future: asyncio.Future[bytes]
     batch: Batch | None = None
+    span: trace.Span | None = None  # the caller's span, when tracing is on: its batch links it
 
 
 @dataclass(eq=False)
@@ -172,6 +175,8 @@ class ModelBatcher:
         if batch_plan.key is None:
             logger.debug("%s: request %r goes alone: %s", self.model, request.id, batch_plan.reason)
         pending = Pending(request, raw, self._loop.create_future())
+        if tracing.is_on():
+            pending.span = trace.get_current_span()
         entry = Entry(batch_plan.key, batch_plan.items, now, deadline, pending, len(raw))
         try:
             self.queue.push(entry)
@@ -263,9 +268,18 @@ class ModelBatcher:
 
     def _dispatch(self, entries: list[Entry[Pending]], now: float, spawn: bool) -> Batch:
         batch = Batch(entries, crowded=self.inflight.take())
+        items = sum(entry.items for entry in entries)
         for entry in entries:
             entry.payload.batch = batch
             self.metrics.queue_delay.observe(now - entry.arrived)
+            if entry.payload.span is not None:
+                entry.payload.span.set_attributes(
+                    {
+                        "inferline.batch.items": items,
+                        "inferline.batch.requests": len(entries),
+                        "inferline.queue.ms": round((now - entry.arrived) * 1000, 3),
+                    }
+                )
         if spawn:
             task = self._loop.create_task(self._send(batch))
             batch.task = task
@@ -292,7 +306,17 @@ class ModelBatcher:
         start = self._loop.time()
         self.metrics.in_flight.inc()
         try:
-            if entries:
+            if entries and tracing.is_on():
+                links = [tracing.link_of(e.payload.span) for e in entries]
+                items = sum(e.items for e in entries)
+                attributes = {
+                    "inferline.model": self.model,
+                    "inferline.batch.items": items,
+                    "inferline.batch.requests": len(entries),
+                }
+                with tracing.batch_span(f"batch {self.model}", links, attributes):
+                    await self._call(entries, start, batch.crowded)
+            elif entries:
                 await self._call(entries, start, batch.crowded)
         except asyncio.CancelledError:
             for entry in entries:

@@ -18,6 +18,7 @@ from pathlib import Path
 import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from inferline import tracing
 from inferline.errors import InferError, from_upstream
 from inferline.server import channel_options
 from preprocess.shm import SharedMemoryRing, Slot
@@ -53,10 +54,13 @@ class LocalTriton:
     ) -> None:
         self.url, self.token_file, self.ring = url, token_file, ring
         options = channel_options(keepalive_ms=KEEPALIVE_MS)
+        traced = tracing.client_interceptors()  # its Triton joins the trace
         if credentials is None:
-            self.channel = grpc.aio.insecure_channel(url, options=options)
+            self.channel = grpc.aio.insecure_channel(url, options=options, interceptors=traced)
         else:
-            self.channel = grpc.aio.secure_channel(url, credentials, options=options)
+            self.channel = grpc.aio.secure_channel(
+                url, credentials, options=options, interceptors=traced
+            )
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
         self._specs: dict[str, ModelSpec] = {}
         self._registered = False

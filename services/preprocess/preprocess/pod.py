@@ -23,7 +23,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 import grpc
 from tritonclient.grpc import service_pb2
 
-from inferline import kserve, preprocessing
+from inferline import kserve, preprocessing, tracing
 from inferline.described import VERSION
 from inferline.errors import InferError, from_upstream, grpc_boundary
 from inferline.imaging.video import FrameChunk
@@ -126,7 +126,9 @@ class PodService(PreprocessService):
             try:
                 async with self.triton.ring.slot(time_left) as slot:
                     start = time.perf_counter()
-                    decoded = await images.decode(items, out=slot.view(shape))
+                    step = {"inferline.images": len(items), "inferline.backend": images.name}
+                    with tracing.step("decode", step):
+                        decoded = await images.decode(items, out=slot.view(shape))
                     metrics.DECODE_SECONDS.labels(images.name, "image").observe(
                         time.perf_counter() - start
                     )
@@ -144,7 +146,8 @@ class PodService(PreprocessService):
                         if time_left is None
                         else max(0.0, time_left - (time.perf_counter() - start))
                     )
-                    response = await self.triton.infer(upstream, slot, left)
+                    with tracing.step("infer", {"inferline.model": model}):
+                        response = await self.triton.infer(upstream, slot, left)
             except NoSlot as exc:
                 metrics.REFUSED.labels("shared_memory").inc()
                 raise InferError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc} (load)") from None

@@ -1,0 +1,323 @@
+"""OpenTelemetry traces across every gRPC hop, configured the OpenTelemetry way.
+
+On when an OTLP endpoint is set (``OTEL_EXPORTER_OTLP_ENDPOINT`` or
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``), unless ``OTEL_SDK_DISABLED=true`` or
+``OTEL_TRACES_EXPORTER=none``. Then :func:`setup` gives the process a tracer provider
+(``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` name it; the service's own name
+otherwise), an OTLP exporter (``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL``: ``http/protobuf``, the
+specification's default, or ``grpc``; endpoint, headers and timeout from their own variables)
+behind a batch processor whose queue is bounded (``OTEL_BSP_MAX_QUEUE_SIZE``: a collector that
+is down costs spans, never a request), and the sampler ``OTEL_TRACES_SAMPLER`` /
+``OTEL_TRACES_SAMPLER_ARG`` name, parent-based at :data:`DEFAULT_RATIO` when unset: one
+decision, the first hop's, holds for a whole request, and a client's ``traceparent`` with the
+sampled flag is traced at any ratio.
+
+Every server the process starts then has a SERVER span per call, its parent the caller's W3C
+``traceparent`` (:class:`ServerTracing`), with the call's gRPC status; every channel it dials
+passes the current span on (:class:`ClientTracing`). Off, nothing is installed: no
+interceptor, no span, no cost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import grpc
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.propagators.textmap import Getter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+
+from inferline.metrics import call_status
+
+logger = logging.getLogger(__name__)
+
+# The share of requests traced when OTEL_TRACES_SAMPLER is unset (parent-based: the first hop
+# decides for the whole request).
+DEFAULT_RATIO = 0.01
+TRACER = "inferline"
+
+Metadata = Sequence[tuple[str, str | bytes]]
+
+
+def enabled(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+    """Whether the environment asks for traces (an OTLP endpoint, not disabled)."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    if environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() == "none":
+        return False
+    return bool(
+        environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    )
+
+
+def protocol(environ: dict[str, str] | os._Environ[str] = os.environ) -> str:
+    return (
+        environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    ).strip()
+
+
+def exporter(environ: dict[str, str] | os._Environ[str] = os.environ) -> SpanExporter:
+    """The OTLP span exporter the environment names (its settings read from there too)."""
+    wanted = protocol(environ)
+    if wanted == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter()
+    if wanted == "http/protobuf":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+            OTLPSpanExporter as HttpExporter,
+        )
+
+        return HttpExporter()
+    raise ValueError(
+        f"OTEL_EXPORTER_OTLP_PROTOCOL={wanted!r} is not supported here: use http/protobuf or grpc"
+    )
+
+
+def provider(service: str, span_exporter: SpanExporter | None = None) -> TracerProvider:
+    """A tracer provider as the environment configures it, exporting through ``span_exporter``
+    (default: :func:`exporter`) behind a bounded batch processor."""
+    resource = Resource.create()  # OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME
+    named = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get(
+        "OTEL_RESOURCE_ATTRIBUTES", ""
+    )
+    if not named:  # the environment's name wins; the service's own otherwise
+        resource = resource.merge(Resource({"service.name": service}))
+    sampler = None if os.environ.get("OTEL_TRACES_SAMPLER") else ParentBased(
+        TraceIdRatioBased(DEFAULT_RATIO)
+    )  # fmt: skip
+    tracer_provider = TracerProvider(resource=resource, sampler=sampler)
+    tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter or exporter()))
+    return tracer_provider
+
+
+# The provider spans are made with, once tracing is on: read on every call, so a plain global.
+_provider: TracerProvider | None = None
+
+
+def activate(tracer_provider: TracerProvider | None) -> None:
+    """Make spans with ``tracer_provider`` from now on (None: tracing off). :func:`setup`
+    calls it; a test gives a provider of its own."""
+    global _provider
+    _provider = tracer_provider
+
+
+def setup(service: str) -> bool:
+    """Install the process's tracer provider when :func:`enabled`; whether it is on."""
+    if not enabled():
+        return False
+    tracer_provider = provider(service)
+    trace.set_tracer_provider(tracer_provider)  # for any library that traces through the API
+    activate(tracer_provider)
+    logger.info(
+        "tracing on: OTLP %s to %s, sampler %s",
+        protocol(),
+        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"),
+        tracer_provider.sampler.get_description(),
+    )
+    return True
+
+
+def tracer() -> trace.Tracer:
+    return (_provider or trace.get_tracer_provider()).get_tracer(TRACER)
+
+
+def is_on() -> bool:
+    """Whether tracing is on in this process (:func:`setup`, :func:`activate`)."""
+    return _provider is not None
+
+
+# --- W3C trace context in gRPC metadata --------------------------------------------------------
+
+
+class _MetadataGetter(Getter[Metadata]):
+    """Reads W3C trace context from gRPC metadata (key, value) pairs."""
+
+    def get(self, carrier: Metadata, key: str) -> list[str] | None:
+        found = [v if isinstance(v, str) else v.decode() for k, v in carrier if k == key]
+        return found or None
+
+    def keys(self, carrier: Metadata) -> list[str]:
+        return [k for k, _ in carrier]
+
+
+GETTER = _MetadataGetter()
+
+
+def extract(metadata: Metadata | None) -> otel_context.Context:
+    """The context a caller sent (``traceparent``, ``tracestate``), or an empty one."""
+    return propagate.extract(metadata or (), getter=GETTER)
+
+
+def inject(metadata: Metadata | None = None) -> list[tuple[str, str | bytes]]:
+    """``metadata`` with the current span's ``traceparent`` (and ``tracestate``) added."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return [*(metadata or ()), *carrier.items()]
+
+
+def link_of(span: trace.Span | None) -> Link | None:
+    """A link to ``span``, if it is a valid one (for a span that carries its work with
+    others': a batch)."""
+    context = span.get_span_context() if span is not None else None
+    return Link(context) if context is not None and context.is_valid else None
+
+
+@contextlib.contextmanager
+def batch_span(
+    name: str, links: Sequence[Link | None], attributes: Mapping[str, Any]
+) -> Iterator[trace.Span]:
+    """A span for work done for several requests at once, linked to each of them, and parented
+    on the first sampled one (so that a sampled request's trace holds its batch, and the batch
+    is sampled when any of its requests is, and only then)."""
+    valid = [link for link in links if link is not None]
+    sampled = (link for link in valid if link.context.trace_flags.sampled)
+    parent = next(sampled, valid[0] if valid else None)
+    context = (
+        trace.set_span_in_context(trace.NonRecordingSpan(parent.context))
+        if parent is not None
+        else otel_context.Context()
+    )
+    with tracer().start_as_current_span(
+        name, context=context, links=valid, attributes=attributes
+    ) as span:
+        yield span
+
+
+@contextlib.contextmanager
+def step(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[None]:
+    """A span for one step of the current call's work (a decode, a call to Triton); nothing
+    while tracing is off."""
+    if _provider is None:
+        yield
+        return
+    with tracer().start_as_current_span(name, attributes=attributes):
+        yield
+
+
+def set_status(span: trace.Span, code: grpc.StatusCode) -> None:
+    span.set_attribute("rpc.grpc.status_code", code.value[0])
+    if code != grpc.StatusCode.OK:
+        span.set_status(Status(StatusCode.ERROR, code.name))
+
+
+# --- interceptors ------------------------------------------------------------------------------
+
+
+# Health checks, and xDS streams (each lives as long as its Envoy's connection: a span of hours)
+UNTRACED = ("/grpc.health", "/envoy.service")
+
+
+class ServerTracing(grpc.aio.ServerInterceptor):
+    """A SERVER span per call, parented on the caller's ``traceparent``, with its status."""
+
+    def __init__(self) -> None:
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        path = handler_call_details.method
+        if handler is None or path.startswith(UNTRACED) or "Reflection" in path:
+            return handler
+        known = self._wrapped.get(path)
+        if known is not None and known[0] is handler:
+            return known[1]
+        wrapped = self._traced(path, handler)
+        self._wrapped[path] = (handler, wrapped)
+        return wrapped
+
+    @contextlib.contextmanager
+    def _span(self, path: str, context: grpc.aio.ServicerContext[Any, Any]) -> Iterator[None]:
+        service, _, method = path.lstrip("/").rpartition("/")
+        parent = extract(context.invocation_metadata())
+        attributes = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": method}
+        with tracer().start_as_current_span(
+            path.lstrip("/"),
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            error: BaseException | None = None
+            try:
+                yield
+            except BaseException as exc:
+                error = exc
+                raise
+            finally:
+                set_status(span, call_status(context, error))
+
+    def _traced(self, path: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        deserialize, serialize = handler.request_deserializer, handler.response_serializer
+        if handler.unary_unary is not None:
+            inner_uu = handler.unary_unary
+
+            async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+                with self._span(path, context):
+                    return await inner_uu(request, context)
+
+            return grpc.unary_unary_rpc_method_handler(unary_unary, deserialize, serialize)
+        if handler.stream_stream is not None:
+            inner_ss = handler.stream_stream
+
+            async def stream_stream(
+                requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
+            ) -> AsyncIterator[Any]:
+                with self._span(path, context):
+                    async for response in inner_ss(requests, context):
+                        yield response
+
+            return grpc.stream_stream_rpc_method_handler(stream_stream, deserialize, serialize)
+        return handler
+
+
+class ClientTracing(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.StreamStreamClientInterceptor):
+    """Passes the current span on in each call's metadata (W3C ``traceparent``)."""
+
+    @staticmethod
+    def _with_context(details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+        metadata = grpc.aio.Metadata(*inject(tuple(details.metadata or ())))
+        return grpc.aio.ClientCallDetails(
+            details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
+        )
+
+    async def intercept_unary_unary(
+        self, continuation: Any, client_call_details: grpc.aio.ClientCallDetails, request: Any
+    ) -> Any:
+        return await continuation(self._with_context(client_call_details), request)
+
+    async def intercept_stream_stream(
+        self,
+        continuation: Any,
+        client_call_details: grpc.aio.ClientCallDetails,
+        request_iterator: Any,
+    ) -> Any:
+        return await continuation(self._with_context(client_call_details), request_iterator)
+
+
+def server_interceptors() -> list[grpc.aio.ServerInterceptor]:
+    """What a server adds for tracing: nothing while tracing is off."""
+    return [ServerTracing()] if is_on() else []
+
+
+def client_interceptors() -> list[grpc.aio.ClientInterceptor]:
+    """What a channel adds for tracing: nothing while tracing is off."""
+    return [ClientTracing()] if is_on() else []

@@ -1,0 +1,103 @@
+"""One request's trace across every process of the default stack (the real Envoy, middleman,
+the batcher dialled proxyless, the GPU pod's preprocess), each exporting over OTLP/HTTP with
+its real exporter to a receiver (:mod:`inferline_testing.otlp`).
+
+The stack samples nothing of its own (``parentbased_always_off``): a client's ``traceparent``
+decides, at any ratio. Triton serves the *simulated* GPU model.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from unittest import mock
+
+import pytest
+
+from demo_client.client import open_clients
+from demo_client.load import image_requests
+from inferline_stack.config import StackConfig
+from inferline_testing import media
+from inferline_testing.otlp import Received, Receiver, receiver
+from inferline_testing.stacks import own_stack
+from inferline_testing.waits import wait_for_state
+
+pytestmark = pytest.mark.e2e
+
+WAIT_S = 30.0
+INFER = "inference.GRPCInferenceService/ModelInfer"
+
+
+@pytest.fixture(scope="module")
+def traced_stack(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[StackConfig, Receiver]]:
+    with receiver() as (found, endpoint):
+        environ = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+            "OTEL_TRACES_SAMPLER": "parentbased_always_off",
+            "OTEL_BSP_SCHEDULE_DELAY": "50",  # ms: spans leave at once, for the test's sake
+        }
+        with (
+            mock.patch.dict(os.environ, environ),
+            own_stack(
+                tmp_path_factory.mktemp("tracing"), "tracing", model="simulated_gpu"
+            ) as config,
+        ):
+            yield config, found
+
+
+async def classify(config: StackConfig, traceparent: str) -> None:
+    factory = image_requests([media.encode(media.photo("chelsea")[:96, :128])])
+    request = factory(0)
+    async with open_clients(f"127.0.0.1:{config.public_port}") as (client,):
+        await client.infer(
+            "classifier",
+            list(request.inputs),
+            outputs=list(request.outputs),
+            headers={"traceparent": traceparent},
+            client_timeout=10,
+        )
+
+
+def one(spans: list[Received], service: str, name: str) -> Received:
+    found = [s for s in spans if s.service == service and s.span.name == name]
+    assert len(found) == 1, (service, name, [(s.service, s.span.name) for s in spans])
+    return found[0]
+
+
+async def test_a_sampled_request_is_one_trace_across_every_process(
+    traced_stack: tuple[StackConfig, Receiver],
+) -> None:
+    config, found = traced_stack
+    unsampled, sampled = secrets.token_hex(16), secrets.token_hex(16)
+    caller = secrets.token_hex(8)
+    await classify(config, f"00-{unsampled}-{caller}-00")  # the client says: not this one
+    await classify(config, f"00-{sampled}-{caller}-01")
+
+    names = {"middleman", "batcher", "preprocess"}
+    await wait_for_state(
+        lambda: {s.service for s in found.of_trace(sampled)} >= names and len(
+            found.of_trace(sampled)) >= 6,
+        WAIT_S,
+        "spans of the sampled request from middleman, the batcher and the GPU pod",
+    )  # fmt: skip
+    spans = found.of_trace(sampled)
+    middleman = one(spans, "middleman", INFER)
+    batcher = one(spans, "batcher", INFER)
+    batch = one(spans, "batcher", "batch simulated_gpu")
+    pod = one(spans, "preprocess", INFER)
+    decode = one(spans, "preprocess", "decode")
+    infer = one(spans, "preprocess", "infer")
+    assert middleman.parent_id == caller  # through Envoy's front door, as the client sent it
+    assert batcher.parent_id == middleman.span_id  # proxyless
+    assert batch.parent_id == batcher.span_id
+    assert [link.span_id.hex() for link in batch.span.links] == [batcher.span_id]
+    assert pod.parent_id == batch.span_id  # through Envoy's batch hop
+    assert decode.parent_id == pod.span_id and infer.parent_id == pod.span_id
+    assert batcher.attribute("inferline.batch.items") == 1
+    assert decode.attribute("inferline.images") == 1
+    for span in (middleman, batcher, pod):
+        assert span.attribute("rpc.grpc.status_code") == 0
+    assert found.of_trace(unsampled) == []  # never made: nothing waits on its absence
