@@ -7,10 +7,11 @@ On when an OTLP endpoint is set (``OTEL_EXPORTER_OTLP_ENDPOINT`` or
 otherwise), an OTLP exporter (``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL``: ``http/protobuf``, the
 specification's default, or ``grpc``; endpoint, headers and timeout from their own variables)
 behind a batch processor whose queue is bounded (``OTEL_BSP_MAX_QUEUE_SIZE``: a collector that
-is down costs spans, never a request), and the sampler ``OTEL_TRACES_SAMPLER`` /
-``OTEL_TRACES_SAMPLER_ARG`` name, parent-based at :data:`DEFAULT_RATIO` when unset: one
-decision, the first hop's, holds for a whole request, and a client's ``traceparent`` with the
-sampled flag is traced at any ratio.
+is down costs spans, never a request; what the queue drops is counted on ``/metrics``,
+``otel_sdk_processor_span_processed_total{error_type="queue_full"}``, the SDK's own metric),
+and the sampler ``OTEL_TRACES_SAMPLER`` / ``OTEL_TRACES_SAMPLER_ARG`` name, parent-based at
+:data:`DEFAULT_RATIO` when unset: one decision, the first hop's, holds for a whole request,
+and a client's ``traceparent`` with the sampled flag is traced at any ratio.
 
 Every server the process starts then has a SERVER span per call, its parent the caller's W3C
 ``traceparent`` (:class:`ServerTracing`), with the call's gRPC status; every channel it dials
@@ -21,6 +22,7 @@ interceptor, no span, no cost.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
@@ -30,6 +32,7 @@ import grpc
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.propagators.textmap import Getter
+from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
@@ -86,9 +89,37 @@ def exporter(environ: dict[str, str] | os._Environ[str] = os.environ) -> SpanExp
     )
 
 
+@functools.cache
+def sdk_metrics() -> MeterProvider:
+    """The OpenTelemetry SDK's own metrics (its span processor's queue: spans processed, dropped,
+    queued), on this process's Prometheus ``/metrics``."""
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+
+    return MeterProvider(metric_readers=[PrometheusMetricReader()])
+
+
+class _OnceQueueFull(logging.Filter):
+    """The SDK logs each span its full queue drops; one line says it, the metric counts."""
+
+    said = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith("Queue full"):
+            return True
+        if self.said:
+            return False
+        self.said = True
+        record.msg = (
+            "the span queue is full (is the OTLP collector down?): spans are dropped, counted "
+            'in otel_sdk_processor_span_processed_total{error_type="queue_full"}'
+        )
+        record.args = ()
+        return True
+
+
 def provider(service: str, span_exporter: SpanExporter | None = None) -> TracerProvider:
     """A tracer provider as the environment configures it, exporting through ``span_exporter``
-    (default: :func:`exporter`) behind a bounded batch processor."""
+    (default: :func:`exporter`) behind a bounded batch processor whose drops are counted."""
     resource = Resource.create()  # OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME
     named = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get(
         "OTEL_RESOURCE_ATTRIBUTES", ""
@@ -99,7 +130,13 @@ def provider(service: str, span_exporter: SpanExporter | None = None) -> TracerP
         TraceIdRatioBased(DEFAULT_RATIO)
     )  # fmt: skip
     tracer_provider = TracerProvider(resource=resource, sampler=sampler)
-    tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter or exporter()))
+    # The SDK counts what its processor drops only when asked (its internal metrics flag).
+    os.environ.setdefault("OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED", "true")
+    processor = BatchSpanProcessor(span_exporter or exporter(), meter_provider=sdk_metrics())
+    tracer_provider.add_span_processor(processor)
+    sdk_log = logging.getLogger("opentelemetry.sdk._shared_internal")
+    if not any(isinstance(f, _OnceQueueFull) for f in sdk_log.filters):
+        sdk_log.addFilter(_OnceQueueFull())
     return tracer_provider
 
 

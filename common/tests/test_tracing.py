@@ -17,10 +17,12 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, Sampler
+from prometheus_client import REGISTRY
 
 from inferline import dial, tracing
 from inferline.errors import InferError, grpc_boundary
 from inferline.server import start_server
+from inferline_testing.ports import free_port
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 CALLER_SPAN = "b7ad6b7169203331"
@@ -131,6 +133,38 @@ async def test_a_call_answered_with_an_error_has_its_grpc_code_on_its_span(
     assert span.status.status_code == trace.StatusCode.ERROR
     assert span.status.description == "INVALID_ARGUMENT"
     assert span.attributes is not None and span.attributes["rpc.grpc.status_code"] == 3
+
+
+def dropped() -> float:
+    """Spans the SDK's span processors dropped for a full queue, from this process's /metrics."""
+    return sum(
+        sample.value
+        for metric in REGISTRY.collect()
+        for sample in metric.samples
+        if sample.name == "otel_sdk_processor_span_processed_total"
+        and sample.labels.get("error_type") == "queue_full"
+    )
+
+
+async def test_a_dead_collector_fails_no_request_and_what_it_costs_in_spans_is_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")  # seconds: nothing listens there
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "4")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "2")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_on")
+    provider = tracing.provider("test")  # the real OTLP exporter, to a dead collector
+    before = dropped()
+    tracing.activate(provider)
+    try:
+        async for url in two_hops():
+            for _ in range(20):  # 40 spans for a queue of 4: every call still answered
+                await call(url, "Call", ())
+    finally:
+        tracing.activate(None)
+        provider.shutdown()
+    assert dropped() - before >= 20
 
 
 def test_tracing_off_installs_no_interceptor() -> None:
