@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from typing import Any
 
 import grpc
+from aiohttp import web
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.propagators.textmap import Getter
@@ -39,7 +40,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
-from inferline.metrics import call_status
+from inferline.metrics import Handler, call_status
 
 logger = logging.getLogger(__name__)
 
@@ -348,6 +349,45 @@ class ClientTracing(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.StreamStreamC
         request_iterator: Any,
     ) -> Any:
         return await continuation(self._with_context(client_call_details), request_iterator)
+
+
+def http_middlewares(untraced: frozenset[str] = frozenset()) -> list[Any]:
+    """What an aiohttp application adds for tracing (nothing while tracing is off): a SERVER
+    span per request to a known route but those in ``untraced`` (health checks), parented on
+    the caller's ``traceparent`` header; status ERROR for a 5xx answer (a 4xx is the client's)."""
+    if not is_on():
+        return []
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else None
+        if route is None or route in untraced:
+            return await handler(request)
+        parent = propagate.extract(request.headers)
+        attributes = {"http.request.method": request.method, "http.route": route}
+        with tracer().start_as_current_span(
+            f"{request.method} {route}",
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            status = 500
+            try:
+                response = await handler(request)
+                status = response.status
+                return response
+            except web.HTTPException as exc:
+                status = exc.status
+                raise
+            finally:
+                span.set_attribute("http.response.status_code", status)
+                if status >= 500:
+                    span.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
+
+    return [middleware]
 
 
 def server_interceptors() -> list[grpc.aio.ServerInterceptor]:

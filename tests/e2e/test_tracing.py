@@ -17,6 +17,7 @@ import pytest
 
 from demo_client.client import open_clients
 from demo_client.load import image_requests
+from demo_client.transports import GRPC, HTTP, Transport
 from inferline_stack.config import StackConfig
 from inferline_testing import media
 from inferline_testing.otlp import Received, Receiver, receiver
@@ -48,10 +49,11 @@ def traced_stack(
             yield config, found
 
 
-async def classify(config: StackConfig, traceparent: str) -> None:
-    factory = image_requests([media.encode(media.photo("chelsea")[:96, :128])])
+async def classify(config: StackConfig, traceparent: str, transport: Transport = GRPC) -> None:
+    factory = image_requests([media.encode(media.photo("chelsea")[:96, :128])], 1, transport)
     request = factory(0)
-    async with open_clients(f"127.0.0.1:{config.public_port}") as (client,):
+    target = f"127.0.0.1:{config.public_port}"
+    async with open_clients(target, transport=transport) as (client,):
         await client.infer(
             "classifier",
             list(request.inputs),
@@ -101,3 +103,22 @@ async def test_a_sampled_request_is_one_trace_across_every_process(
     for span in (middleman, batcher, pod):
         assert span.attribute("rpc.grpc.status_code") == 0
     assert found.of_trace(unsampled) == []  # never made: nothing waits on its absence
+
+
+async def test_a_rest_request_is_traced_from_its_traceparent_header(
+    traced_stack: tuple[StackConfig, Receiver],
+) -> None:
+    config, found = traced_stack
+    sampled, caller = secrets.token_hex(16), secrets.token_hex(8)
+    await classify(config, f"00-{sampled}-{caller}-01", HTTP)
+    await wait_for_state(
+        lambda: {s.service for s in found.of_trace(sampled)} >= {"middleman", "preprocess"},
+        WAIT_S,
+        "spans of the REST request from middleman to the GPU pod",
+    )
+    spans = found.of_trace(sampled)
+    rest = one(spans, "middleman", "POST /v2/models/{model}/infer")
+    batcher = one(spans, "batcher", INFER)
+    assert rest.parent_id == caller
+    assert rest.attribute("http.response.status_code") == 200
+    assert batcher.parent_id == rest.span_id

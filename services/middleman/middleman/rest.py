@@ -21,6 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from inferline import kserve_rest as rest
+from inferline import tracing
 from inferline.errors import InferError, invalid
 from inferline.metrics import Handler, http_metrics
 from middleman.models import VIDEO_MODEL
@@ -69,7 +70,11 @@ class RestApi:
     def application(self) -> web.Application:
         app = web.Application(
             client_max_size=self.max_body_bytes,  # a body sent without a length (chunked)
-            middlewares=[too_large(self.max_body_bytes), http_metrics("middleman", HEALTH)],
+            middlewares=[
+                *tracing.http_middlewares(HEALTH),
+                too_large(self.max_body_bytes),
+                http_metrics("middleman", HEALTH),
+            ],
         )
         add = app.router.add_route
         add("GET", "/v2", self.server_metadata)
