@@ -1,7 +1,7 @@
 """CPU the pipeline spends per image, by process, and how its throughput scales out
 -> bench/results/pipeline.json.
 
-1. **CPU per image, by placement.** The stack (every hop through Envoy) under the demo client in
+1. **CPU per image, by placement.** The stack under the demo client in
    each placement (in-pod, the default; remote; in-process), on the simulated GPU at 1 and at 8
    images per request (the model costs no CPU, so what is left is the pipeline's own cost),
    plus the real model (EfficientNet-Lite0 with ONNX Runtime on these cores) and REST. For each
@@ -17,13 +17,18 @@
    saturation throughput X(N) at N = 1, 2, 4 Triton replicas, and X(N) / (N·X(1)).
 
     python -m bench.pipeline [--duration 20] [--scenarios real_1,simulated_1,simulated_8]
-                             [--skip-scale-out]
+                             [--skip-scale-out] [--out PATH] [--compare NAME=IMAGES_PER_S_PER_CORE]
+
+Each placement runs twice, its inner hops dialled proxyless (the default) and through Envoy
+(``_envoy``); the default arrangement runs with tracing on too, at the default sampling ratio
+and with every request sampled (``simulated_1_traced``, ``_traced_all``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import platform
 import resource
@@ -35,6 +40,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import cv2
 from rich.console import Console
@@ -42,6 +48,7 @@ from rich.table import Table
 
 from bench.benchlib import ROOT, demo_client, local_stack, run_main, write_result
 from demo_client.samples import build_samples
+from inferline import tracing
 from inferline.imaging.decode import Geometry, Limits, decode_image
 from inferline_envoy import admin as envoy_admin
 from inferline_stack.config import (
@@ -55,6 +62,7 @@ from inferline_stack.config import (
 )
 from inferline_stack.processes import ProcessTable
 from inferline_stack.scale import scale
+from inferline_testing import otlp
 from inferline_testing.overload import stack_groups
 from inferline_testing.procfs import group_pids, process_usage
 
@@ -85,6 +93,9 @@ class Scenario:
     placement: str = IN_POD  # INFERLINE_STACK_PLACEMENT
     protocol: str = "grpc"  # the demo client's: KServe v2 over gRPC or HTTP/REST
     proxyless: str = AUTO  # INFERLINE_STACK_PROXYLESS: "" dials every inner hop through Envoy
+    # Tracing: off (None), or on with this share of requests sampled, every process exporting
+    # over OTLP to a receiver in this benchmark's process (its CPU is not the pipeline's)
+    sampled: float | None = None
 
 
 # How the inner hops are dialled: the default (middleman to the batchers proxyless), and every
@@ -110,8 +121,25 @@ def _placements() -> tuple[Scenario, ...]:
     )
 
 
+def _traced() -> tuple[Scenario, ...]:
+    """What tracing costs: the default arrangement at 1 image per request with tracing on, at
+    the default sampling ratio and with every request sampled (beside simulated_1: off)."""
+    return tuple(
+        Scenario(
+            f"simulated_1_traced{suffix}",
+            f"in-pod, simulated GPU, conc 32, 1 image(s)/request, traced at {ratio:g}",
+            "simulated_gpu",
+            32,
+            1,
+            sampled=ratio,
+        )
+        for ratio, suffix in ((tracing.DEFAULT_RATIO, ""), (1.0, "_all"))
+    )
+
+
 SCENARIOS = (
     *_placements(),
+    *_traced(),
     Scenario("real_1", "in-pod, real model, conc 16, 1 image/request", "efficientnet_lite0", 16, 1),
     # The public endpoint's other transport: KServe v2 REST with binary tensors (tritonclient.http).
     Scenario(
@@ -223,6 +251,23 @@ def measure(
 
 
 @contextmanager
+def traced(sampled: float | None) -> Iterator[None]:
+    """The stack's environment for tracing: nothing (off), or an OTLP receiver here and the
+    sampling ratio (``OTEL_*``, which every process of the stack inherits)."""
+    if sampled is None:
+        yield
+        return
+    with otlp.receiver() as (_, endpoint):
+        environ = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+            "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+            "OTEL_TRACES_SAMPLER_ARG": str(sampled),
+        }
+        with mock.patch.dict(os.environ, environ):
+            yield
+
+
+@contextmanager
 def stack(model: str, **overrides: Any) -> Iterator[StackConfig]:
     """The default stack (no Prometheus: it is not on the inference path) serving ``model``."""
     with (
@@ -246,7 +291,11 @@ def scenarios(chosen: tuple[Scenario, ...], duration_s: float, **overrides: Any)
         floor_ms = decoder_floor_ms(photos)  # beside each run: this machine's speed drifts
         status = f"{scenario.title}: starting the stack, then {duration_s:g} s …"
         settings = {"placement": scenario.placement, "proxyless": scenario.proxyless}
-        with console.status(status), stack(scenario.model, **settings, **overrides) as config:
+        with (
+            console.status(status),
+            traced(scenario.sampled),
+            stack(scenario.model, **settings, **overrides) as config,
+        ):
             result = measure(
                 config,
                 concurrency=scenario.concurrency,
@@ -362,6 +411,12 @@ def main() -> None:
     )
     parser.add_argument("--skip-scale-out", action="store_true")
     parser.add_argument(
+        "--out",
+        type=Path,
+        help="write the results here instead of bench/results/pipeline.json (a partial run "
+        "beside the committed one)",
+    )
+    parser.add_argument(
         "--envoy-workers", type=int, default=0, help="Envoy's worker threads (0: the stack's)"
     )
     parser.add_argument(
@@ -394,7 +449,11 @@ def main() -> None:
     }
     if not args.skip_scale_out:
         out["scale_out"] = scale_out((1, 2, 4), args.duration)
-    console.print(f"wrote {write_result('pipeline', out)}")
+    if args.out is not None:
+        args.out.write_text(json.dumps(out, indent=2) + "\n")
+        console.print(f"wrote {args.out}")
+    else:
+        console.print(f"wrote {write_result('pipeline', out)}")
 
 
 if __name__ == "__main__":
