@@ -52,7 +52,7 @@ TRACER = "inferline"
 Metadata = Sequence[tuple[str, str | bytes]]
 
 
-def enabled(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+def enabled(environ: Mapping[str, str] = os.environ) -> bool:
     """Whether the environment asks for traces (an OTLP endpoint, not disabled)."""
     if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
@@ -64,7 +64,7 @@ def enabled(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
     )
 
 
-def protocol(environ: dict[str, str] | os._Environ[str] = os.environ) -> str:
+def protocol(environ: Mapping[str, str] = os.environ) -> str:
     return (
         environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
         or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
@@ -72,7 +72,7 @@ def protocol(environ: dict[str, str] | os._Environ[str] = os.environ) -> str:
     ).strip()
 
 
-def exporter(environ: dict[str, str] | os._Environ[str] = os.environ) -> SpanExporter:
+def exporter(environ: Mapping[str, str] = os.environ) -> SpanExporter:
     """The OTLP span exporter the environment names (its settings read from there too)."""
     wanted = protocol(environ)
     if wanted == "grpc":
