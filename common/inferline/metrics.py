@@ -147,7 +147,69 @@ def call_status(
     return code
 
 
-class RpcMetrics(grpc.aio.ServerInterceptor):
+Around = Callable[[grpc.aio.ServicerContext[Any, Any]], contextlib.AbstractContextManager[None]]
+
+
+def around_handler(
+    handler: grpc.RpcMethodHandler,
+    around: Around,
+    deserialize: Callable[[bytes], Any] | None,
+    serialize: Callable[[Any], bytes] | None,
+) -> grpc.RpcMethodHandler:
+    """``handler`` with each call run inside ``around(context)``, with these (de)serialisers."""
+    if handler.unary_unary is not None:
+        inner_uu = handler.unary_unary
+
+        async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            with around(context):
+                return await inner_uu(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(unary_unary, deserialize, serialize)
+    if handler.stream_stream is not None:
+        inner_ss = handler.stream_stream
+
+        async def stream_stream(
+            requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
+        ) -> AsyncIterator[Any]:
+            with around(context):
+                async for response in inner_ss(requests, context):
+                    yield response
+
+        return grpc.stream_stream_rpc_method_handler(stream_stream, deserialize, serialize)
+    return handler  # unary-stream and stream-unary: no RPC of this project's has them
+
+
+class WrappingInterceptor(grpc.aio.ServerInterceptor):
+    """Wraps each method's handler (:meth:`wrap`) once: gRPC asks the interceptor on every
+    call. Paths starting with one of ``skipped`` (health checks), and reflection, are left as
+    they are."""
+
+    skipped: tuple[str, ...] = ("/grpc.health",)
+
+    def __init__(self) -> None:
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+
+    def wrap(self, path: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        raise NotImplementedError
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        path = handler_call_details.method
+        if handler is None or path.startswith(self.skipped) or "Reflection" in path:
+            return handler
+        known = self._wrapped.get(path)
+        if known is not None and known[0] is handler:
+            return known[1]
+        wrapped = self.wrap(path, handler)
+        self._wrapped[path] = (handler, wrapped)
+        return wrapped
+
+
+class RpcMetrics(WrappingInterceptor):
     """Counts, times and measures every RPC a server handles (health checks and reflection
     excepted): requests by method, model and status code, duration, requests in flight, and
     the bytes of request and response messages as they cross the wire.
@@ -158,10 +220,9 @@ class RpcMetrics(grpc.aio.ServerInterceptor):
     """
 
     def __init__(self, service: str) -> None:
+        super().__init__()  # each method's measured handler made once
         self.collectors = rpc_collectors(service)
-        # gRPC asks the interceptor on every call: each method's measured handler is made once
-        # (for the handler it wraps), and each label set's child looked up once.
-        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+        # and each label set's child looked up once
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     def _child(self, metric: Counter | Gauge | Histogram, *values: str) -> Any:
@@ -215,47 +276,15 @@ class RpcMetrics(grpc.aio.ServerInterceptor):
             self._child(self.collectors.duration, method, model).observe(elapsed)
             self._child(self.collectors.received, method, model).inc(call.received)
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        path = handler_call_details.method
-        if handler is None or path.startswith("/grpc.health") or "Reflection" in path:
-            return handler
-        known = self._wrapped.get(path)
-        if known is not None and known[0] is handler:
-            return known[1]
-        wrapped = self._measured(path, handler)
-        self._wrapped[path] = (handler, wrapped)
-        return wrapped
-
-    def _measured(self, path: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    def wrap(self, path: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         """``handler``, counted, timed and measured."""
         method = path.rsplit("/", 1)[-1]
-        deserialize = self._deserializer(handler.request_deserializer)
-        serialize = self._serializer(method, handler.response_serializer)
-        if handler.unary_unary is not None:
-            inner_uu = handler.unary_unary
-
-            async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-                with self._observed(method, context):
-                    return await inner_uu(request, context)
-
-            return grpc.unary_unary_rpc_method_handler(unary_unary, deserialize, serialize)
-        if handler.stream_stream is not None:
-            inner_ss = handler.stream_stream
-
-            async def stream_stream(
-                requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
-            ) -> AsyncIterator[Any]:
-                with self._observed(method, context):
-                    async for response in inner_ss(requests, context):
-                        yield response
-
-            return grpc.stream_stream_rpc_method_handler(stream_stream, deserialize, serialize)
-        return handler  # unary-stream and stream-unary: no RPC of this project's has them
+        return around_handler(
+            handler,
+            lambda context: self._observed(method, context),
+            self._deserializer(handler.request_deserializer),
+            self._serializer(method, handler.response_serializer),
+        )
 
 
 @dataclass(frozen=True)

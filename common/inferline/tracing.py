@@ -25,7 +25,7 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -40,7 +40,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
-from inferline.metrics import Handler, call_status
+from inferline.metrics import Handler, WrappingInterceptor, around_handler, call_status
 
 logger = logging.getLogger(__name__)
 
@@ -246,6 +246,21 @@ def step(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[Non
         yield
 
 
+def server_span(
+    name: str, parent: otel_context.Context, attributes: Mapping[str, Any]
+) -> contextlib.AbstractContextManager[trace.Span]:
+    """A SERVER span for a call that came in, current while it runs; its status is the
+    caller's to set (from the answer, not from an exception)."""
+    return tracer().start_as_current_span(
+        name,
+        context=parent,
+        kind=SpanKind.SERVER,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    )
+
+
 def set_status(span: trace.Span, code: grpc.StatusCode) -> None:
     span.set_attribute("rpc.grpc.status_code", code.value[0])
     if code != grpc.StatusCode.OK:
@@ -255,45 +270,18 @@ def set_status(span: trace.Span, code: grpc.StatusCode) -> None:
 # --- interceptors ------------------------------------------------------------------------------
 
 
-# Health checks, and xDS streams (each lives as long as its Envoy's connection: a span of hours)
-UNTRACED = ("/grpc.health", "/envoy.service")
-
-
-class ServerTracing(grpc.aio.ServerInterceptor):
+class ServerTracing(WrappingInterceptor):
     """A SERVER span per call, parented on the caller's ``traceparent``, with its status."""
 
-    def __init__(self) -> None:
-        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        path = handler_call_details.method
-        if handler is None or path.startswith(UNTRACED) or "Reflection" in path:
-            return handler
-        known = self._wrapped.get(path)
-        if known is not None and known[0] is handler:
-            return known[1]
-        wrapped = self._traced(path, handler)
-        self._wrapped[path] = (handler, wrapped)
-        return wrapped
+    # health checks, and xDS streams (each lives as long as its Envoy's connection: hours)
+    skipped = ("/grpc.health", "/envoy.service")
 
     @contextlib.contextmanager
     def _span(self, path: str, context: grpc.aio.ServicerContext[Any, Any]) -> Iterator[None]:
         service, _, method = path.lstrip("/").rpartition("/")
         parent = extract(context.invocation_metadata())
         attributes = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": method}
-        with tracer().start_as_current_span(
-            path.lstrip("/"),
-            context=parent,
-            kind=SpanKind.SERVER,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
+        with server_span(path.lstrip("/"), parent, attributes) as span:
             error: BaseException | None = None
             try:
                 yield
@@ -303,28 +291,11 @@ class ServerTracing(grpc.aio.ServerInterceptor):
             finally:
                 set_status(span, call_status(context, error))
 
-    def _traced(self, path: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        deserialize, serialize = handler.request_deserializer, handler.response_serializer
-        if handler.unary_unary is not None:
-            inner_uu = handler.unary_unary
-
-            async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-                with self._span(path, context):
-                    return await inner_uu(request, context)
-
-            return grpc.unary_unary_rpc_method_handler(unary_unary, deserialize, serialize)
-        if handler.stream_stream is not None:
-            inner_ss = handler.stream_stream
-
-            async def stream_stream(
-                requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
-            ) -> AsyncIterator[Any]:
-                with self._span(path, context):
-                    async for response in inner_ss(requests, context):
-                        yield response
-
-            return grpc.stream_stream_rpc_method_handler(stream_stream, deserialize, serialize)
-        return handler
+    def wrap(self, path: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        around = functools.partial(self._span, path)
+        return around_handler(
+            handler, around, handler.request_deserializer, handler.response_serializer
+        )
 
 
 class ClientTracing(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.StreamStreamClientInterceptor):
@@ -366,14 +337,7 @@ def http_middlewares(untraced: frozenset[str] = frozenset()) -> list[Any]:
             return await handler(request)
         parent = propagate.extract(request.headers)
         attributes = {"http.request.method": request.method, "http.route": route}
-        with tracer().start_as_current_span(
-            f"{request.method} {route}",
-            context=parent,
-            kind=SpanKind.SERVER,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
+        with server_span(f"{request.method} {route}", parent, attributes) as span:
             status = 500
             try:
                 response = await handler(request)

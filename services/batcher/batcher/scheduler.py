@@ -268,14 +268,13 @@ class ModelBatcher:
 
     def _dispatch(self, entries: list[Entry[Pending]], now: float, spawn: bool) -> Batch:
         batch = Batch(entries, crowded=self.inflight.take())
-        items = sum(entry.items for entry in entries)
         for entry in entries:
             entry.payload.batch = batch
             self.metrics.queue_delay.observe(now - entry.arrived)
-            if entry.payload.span is not None:
+            if entry.payload.span is not None:  # tracing on
                 entry.payload.span.set_attributes(
                     {
-                        "inferline.batch.items": items,
+                        "inferline.batch.items": sum(e.items for e in entries),
                         "inferline.batch.requests": len(entries),
                         "inferline.queue.ms": round((now - entry.arrived) * 1000, 3),
                     }
