@@ -184,6 +184,20 @@ def gif_frame_bomb(side: int = 30000) -> bytes:
     return bytes(data)
 
 
+def gif_hidden_frame_bomb(side: int = 30000) -> bytes:
+    """A GIF whose image descriptor, read as the spec says, is 1x1, while Pillow reads one
+    claiming ``side`` x ``side``: after an extension whose first data sub-block is empty,
+    Pillow reads one more run of sub-blocks, taking the 1x1 descriptor for one (found by
+    fuzzing)."""
+    trailer = b"\x00\x02\x02\x4c\x01\x00\x3b"  # no local palette; LZW data; end
+    decoy = b"\x2c" + struct.pack("<4H", 0, 0, 1, 1) + trailer
+    decoy = decoy.ljust(1 + 0x2C, b"\x00")  # as a sub-block: its 0x2c is the length
+    frame = b"\x2c" + struct.pack("<4H", 0, 0, side, side) + trailer
+    screen = b"GIF89a" + struct.pack("<HH", 1, 1) + b"\x00\x00\x00"
+    empty_extension = b"\x21\xf9\x00"  # a graphic control extension with no data
+    return screen + empty_extension + decoy + b"\x00" + frame
+
+
 def png_bomb(side: int = 12000) -> bytes:
     """A *valid* grayscale PNG of side x side zeros: ~140 KB that inflates to side² bytes."""
 

@@ -29,6 +29,9 @@ from inferline import capacity
 Image.MAX_IMAGE_PIXELS = None
 
 FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF")
+# OpenCV's decoders take no image with a side longer than this (CV_IO_MAX_IMAGE_WIDTH and
+# _HEIGHT), however few its pixels: a 1572864 x 16 BMP is within max_pixels.
+MAX_SIDE = 1 << 20
 
 Tensor = npt.NDArray[np.uint8]
 
@@ -123,7 +126,14 @@ def probe(data: bytes, limits: Limits) -> Header:
 
 def check_pixels(header: Header, scale: int, limits: Limits) -> None:
     """Refuse an image whose decode at 1/``scale`` (1: full size) would hold more pixels than
-    the budget (``max_pixels``), before a pixel of it is decoded."""
+    the budget (``max_pixels``), or with a side longer than the decoders take (:data:`MAX_SIDE`),
+    before a pixel of it is decoded."""
+    if max(header.width, header.height) > MAX_SIDE:
+        raise DecodeError(
+            "too_many_pixels",
+            f"{header.format} header claims {header.width}x{header.height}: a side longer than "
+            f"{MAX_SIDE} pixels, which no decoder here takes",
+        )
     width, height = header.decoded_size(scale)
     decoded = width * height
     if decoded <= limits.max_pixels:
@@ -202,28 +212,45 @@ def _jpeg_header(data: bytes) -> Header | None:
 
 def _gif_header(data: bytes) -> Header | None:
     """A GIF's size as Pillow will decode its first frame: the logical screen, grown to the
-    first image descriptor's extent, walking blocks (GIF89a spec, sections 18-23). Pillow's
-    own open allocates that frame's background before anyone can see its size (a 60-byte GIF
-    claiming 30000x30000 made it touch 900 MB), so the pixel budget must be checked first.
-    None when this is not a GIF."""
+    first image descriptor's extent. Pillow's own open allocates that frame's background before
+    anyone can see its size (a 60-byte GIF claiming 30000x30000 made it touch 900 MB), so the
+    pixel budget must be checked first, on the descriptor Pillow will read: this walks the blocks
+    the way ``GifImagePlugin`` reads them, quirks included (it skips bytes it does not know, and
+    after an extension whose first data sub-block is empty it reads one more run of sub-blocks),
+    not as the GIF89a spec (sections 18-23) says. None when this is not a GIF."""
     if not data.startswith((b"GIF87a", b"GIF89a")) or len(data) < 13:
         return None
+
+    def sub_block(at: int) -> tuple[bytes | None, int]:  # GifImageFile.data()
+        if at < len(data) and data[at]:
+            end = at + 1 + data[at]
+            return data[at + 1 : end], end
+        return None, at + 1
+
     width, height = int.from_bytes(data[6:8], "little"), int.from_bytes(data[8:10], "little")
     flags = data[10]
-    offset = 13 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)
-    while offset < len(data):
-        block = data[offset]
+    at = 13 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)
+    while at < len(data) and data[at] != 0x3B:  # the trailer
+        block, at = data[at], at + 1
         if block == 0x2C:  # image descriptor: left, top, width, height
-            if offset + 9 > len(data):
+            if at + 9 > len(data):
                 break
-            left, top, frame_width, frame_height = struct.unpack_from("<4H", data, offset + 1)
+            left, top, frame_width, frame_height = struct.unpack_from("<4H", data, at)
             return Header("GIF", max(width, left + frame_width), max(height, top + frame_height))
-        if block != 0x21:  # only extensions come before the first image; 0x3B ends the file
-            break
-        offset += 2  # introducer, label; then data sub-blocks up to an empty one
-        while offset < len(data) and data[offset]:
-            offset += 1 + data[offset]
-        offset += 1
+        if block != 0x21:  # not an extension either: Pillow skips the byte
+            continue
+        label, at = data[at : at + 1], at + 1
+        first, at = sub_block(at)
+        if label == b"\xfe":  # a comment: its sub-blocks up to the empty one, no further
+            while first:
+                first, at = sub_block(at)
+            continue
+        if label == b"\xff" and first is not None and first.startswith(b"NETSCAPE2.0"):
+            _, at = sub_block(at)  # the loop count
+        while True:  # then sub-blocks up to an empty one, even if one already was
+            rest, at = sub_block(at)
+            if not rest:
+                break
     raise DecodeError("truncated", "truncated GIF: no image descriptor before its end")
 
 
@@ -283,7 +310,11 @@ def decode_rgb(data: bytes, header: Header, scale: int = 1) -> npt.NDArray[np.ui
     if header.format == "GIF":  # OpenCV has no GIF decoder: first frame through Pillow
         try:
             with Image.open(io.BytesIO(data)) as image:
-                image.seek(0)
+                if image.size != (header.width, header.height):  # before it allocates the frame
+                    raise ValueError(
+                        f"its blocks give {header.width}x{header.height}, "
+                        f"Pillow read {image.width}x{image.height}"
+                    )
                 return np.asarray(image.convert("RGB"))
         except (OSError, EOFError, SyntaxError, ValueError) as exc:  # truncated, corrupt
             raise DecodeError("corrupt", f"corrupt GIF: {exc}") from None
