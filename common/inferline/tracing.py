@@ -72,6 +72,35 @@ def protocol(environ: Mapping[str, str] = os.environ) -> str:
     ).strip()
 
 
+def traces_endpoint(environ: Mapping[str, str] = os.environ) -> str:
+    """Where spans go, as the exporters read the environment: the traces URL for http/protobuf
+    (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, else ``/v1/traces`` under
+    ``OTEL_EXPORTER_OTLP_ENDPOINT``), the collector's address for grpc. For what exports
+    without this SDK (Envoy, Triton)."""
+    own = environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    if own:
+        return own
+    base = environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+    return base if protocol(environ) == "grpc" else base.rstrip("/") + "/v1/traces"
+
+
+def sampling_ratio(environ: Mapping[str, str] = os.environ) -> float:
+    """The share of requests without a caller's decision that are traced, read from
+    ``OTEL_TRACES_SAMPLER`` / ``_ARG`` as the SDK reads them (:data:`DEFAULT_RATIO` when unset):
+    for a sampler outside this SDK, Envoy's front door, which decides first."""
+    name = environ.get("OTEL_TRACES_SAMPLER", "").strip().lower()
+    if not name:
+        return DEFAULT_RATIO
+    if name.endswith("always_off"):
+        return 0.0
+    if not name.endswith("traceidratio"):  # always_on; the SDK takes an unknown name for it too
+        return 1.0
+    try:
+        return min(max(float(environ.get("OTEL_TRACES_SAMPLER_ARG", "")), 0.0), 1.0)
+    except ValueError:
+        return 1.0  # the SDK's reading of a missing or bad argument
+
+
 def exporter(environ: Mapping[str, str] = os.environ) -> SpanExporter:
     """The OTLP span exporter the environment names (its settings read from there too)."""
     wanted = protocol(environ)

@@ -222,3 +222,46 @@ def test_the_default_sampler_is_parent_based_at_the_default_ratio(
     assert (
         tracing.provider("x", InMemorySpanExporter()).sampler.get_description() == "AlwaysOnSampler"
     )
+
+
+@pytest.mark.parametrize(
+    ("environ", "endpoint"),
+    [
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/"}, "http://c:4318/v1/traces"),
+        (
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318",
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t:1/x",
+            },
+            "http://t:1/x",
+        ),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+            "http://c:4317",
+        ),
+    ],
+)
+def test_the_traces_endpoint_is_where_the_sdks_exporter_sends(
+    environ: dict[str, str], endpoint: str
+) -> None:
+    assert tracing.traces_endpoint(environ) == endpoint
+
+
+@pytest.mark.parametrize(
+    ("environ", "ratio"),
+    [
+        ({}, tracing.DEFAULT_RATIO),
+        ({"OTEL_TRACES_SAMPLER": "parentbased_always_off"}, 0.0),
+        ({"OTEL_TRACES_SAMPLER": "always_on"}, 1.0),
+        (
+            {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25"},
+            0.25,
+        ),
+        ({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "nonsense"}, 1.0),
+        ({"OTEL_TRACES_SAMPLER": "jaeger_remote"}, 1.0),  # unknown: the SDK's always-on
+    ],
+)
+def test_the_sampling_ratio_passed_to_envoy_is_the_sdks(
+    environ: dict[str, str], ratio: float
+) -> None:
+    assert tracing.sampling_ratio(environ) == ratio

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -66,6 +67,14 @@ SHED_MESSAGE = (
     "says it is saturated; retry after a backoff, or add replicas"
 )
 RETRY_ON_LEAF = "unavailable," + RETRY_ON_HOP
+OTLP_PROTOCOLS = ("http/protobuf", "grpc")  # as OTEL_EXPORTER_OTLP_PROTOCOL names them
+_HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+HTTP2_ONLY = {  # a cluster's protocol options: gRPC, HTTP/2 with prior knowledge
+    _HTTP_OPTIONS: {
+        "@type": f"type.googleapis.com/{_HTTP_OPTIONS}",
+        "explicit_http_config": {"http2_protocol_options": {}},
+    }
+}
 
 
 @dataclass(frozen=True)
@@ -134,6 +143,15 @@ class EnvoyParams:
     # The xDS stream over mTLS too, with the same client certificate and CA; the control plane's
     # certificate must name "eds".
     xds_tls: bool = False
+    # Tracing: every hop's listener reports a span per request to this OpenTelemetry collector
+    # ("": no tracing), over otlp_protocol: http/protobuf to its traces URL
+    # (http://collector:4318/v1/traces), grpc to its address (http://collector:4317). A request
+    # without a traceparent is sampled at trace_sampling_percent (inferline.tracing's ratio; the
+    # stack passes its own), one with one keeps its caller's decision.
+    otlp_endpoint: str = ""
+    otlp_protocol: str = "http/protobuf"
+    trace_sampling_percent: float = 1.0
+    trace_service_name: str = "envoy"
 
     def __post_init__(self) -> None:
         if self.xds_api not in XDS_APIS:
@@ -164,6 +182,12 @@ class EnvoyParams:
             raise ValueError("auth_issuer and auth_audiences need auth_jwks_file (the keys)")
         if self.num_retries < 0 or not 0 <= self.retry_budget_percent <= 100:
             raise ValueError("num_retries must be >= 0 and retry_budget_percent within 0-100")
+        if self.otlp_protocol not in OTLP_PROTOCOLS:
+            raise ValueError(f"otlp_protocol must be one of {OTLP_PROTOCOLS}")
+        if not 0 <= self.trace_sampling_percent <= 100:
+            raise ValueError("trace_sampling_percent must be within 0-100")
+        if self.otlp_endpoint:
+            self.otlp_address  # noqa: B018 -- checks the URL
         files = (self.upstream_tls_cert, self.upstream_tls_key, self.upstream_tls_ca)
         if (self.tls_clusters or self.xds_tls) and not all(files):
             raise ValueError(
@@ -181,16 +205,21 @@ class EnvoyParams:
         return RETRY_ON_LEAF if cluster in split_names(self.leaf_clusters) else RETRY_ON_HOP
 
     @property
-    def xds_cluster_type(self) -> str:
-        try:
-            ipaddress.ip_address(self.xds_host)
-        except ValueError:
-            return "STRICT_DNS"
-        return "STATIC"
+    def otlp_address(self) -> tuple[str, int]:
+        """The collector's host and port, from ``otlp_endpoint``."""
+        url = urllib.parse.urlsplit(self.otlp_endpoint)
+        if url.scheme != "http" or not url.hostname:
+            raise ValueError(
+                f"otlp_endpoint must be an http:// URL (Envoy reaches the collector in plain "
+                f"text, beside it in the cluster), got {self.otlp_endpoint!r}"
+            )
+        return url.hostname, url.port or 80
 
     def values(self) -> dict[str, Any]:
         def seconds(s: float) -> str:
             return f"{s:g}s"
+
+        otlp_host, otlp_port = self.otlp_address if self.otlp_endpoint else ("", 0)
 
         return {
             "node_id": self.node_id,
@@ -201,7 +230,7 @@ class EnvoyParams:
             "xds_host": self.xds_host,
             "xds_port": self.xds_port,
             "xds_api": self.xds_api,
-            "xds_cluster_type": self.xds_cluster_type,
+            "xds_cluster_type": cluster_type(self.xds_host),
             "health_check_interval": seconds(self.health_check_interval_s),
             "health_check_timeout": seconds(self.health_check_timeout_s),
             "unhealthy_threshold": self.unhealthy_threshold,
@@ -227,7 +256,22 @@ class EnvoyParams:
             "upstream_tls_cert": self.upstream_tls_cert,
             "upstream_tls_key": self.upstream_tls_key,
             "upstream_tls_ca": self.upstream_tls_ca,
+            "otlp_endpoint": self.otlp_endpoint,
+            "otlp_host": otlp_host,
+            "otlp_port": otlp_port,
+            "otlp_cluster_type": cluster_type(otlp_host),
+            "trace_sampling_per_million": round(self.trace_sampling_percent * 10_000),
+            "trace_service_name": self.trace_service_name,
         }
+
+
+def cluster_type(host: str) -> str:
+    """How Envoy finds a static cluster's one host: STATIC for an address, else by DNS."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return "STRICT_DNS"
+    return "STATIC"
 
 
 def split_names(text: str) -> tuple[str, ...]:
@@ -312,6 +356,8 @@ def render(params: EnvoyParams = LOCAL, template: Path | None = None) -> dict[st
         unshed_probes(public, params.listeners[0][0], rest.get(params.listeners[0][0]))
     if params.auth_jwks_file:  # first: a request without a good token counts for nothing
         public["http_filters"].insert(0, authentication(shapes, values, params))
+    if params.otlp_endpoint:
+        clusters.append(traced(listeners, shapes, values, params.otlp_protocol))
     if params.probe_port:
         listeners.append(substitute(shapes["probe_listener"], values))
         clusters.append(substitute(shapes["probe_cluster"], values))
@@ -319,6 +365,28 @@ def render(params: EnvoyParams = LOCAL, template: Path | None = None) -> dict[st
     static["listeners"] = listeners
     static["clusters"] = [*static.get("clusters", []), *clusters]
     return config
+
+
+def traced(
+    listeners: Sequence[dict[str, Any]],
+    shapes: Mapping[str, Any],
+    values: Mapping[str, Any],
+    protocol: str,
+) -> dict[str, Any]:
+    """Tracing on every listener's connection manager, reporting over OTLP ``protocol``; the
+    collector's cluster, for the bootstrap to add."""
+    service = "tracing_grpc_service" if protocol == "grpc" else "tracing_http_service"
+    for listener in listeners:
+        manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
+        tracing = substitute(shapes["tracing"], values)
+        tracing["provider"]["typed_config"][service[len("tracing_") :]] = substitute(
+            shapes[service], values
+        )
+        manager["tracing"] = tracing
+    cluster: dict[str, Any] = substitute(shapes["otlp_cluster"], values)
+    if protocol == "grpc":
+        cluster["typed_extension_protocol_options"] = HTTP2_ONLY
+    return cluster
 
 
 def render_sds(params: EnvoyParams, template: Path | None = None) -> dict[str, dict[str, Any]]:
@@ -391,11 +459,12 @@ def unshed_probes(manager: dict[str, Any], cluster: str, rest_cluster: str | Non
     """Routes of their own for the probe paths, first, to the same replicas, with shedding off:
     gRPC's to ``cluster``, REST's to ``rest_cluster`` (none: the hop speaks no REST)."""
     host = manager["route_config"]["virtual_hosts"][0]
-    template = host["routes"][-1]["route"]
+    template = host["routes"][-1]
     targets = {"grpc": cluster, "rest": rest_cluster}
     off = {SHED_FILTER: {"@type": FILTER_CONFIG, "disabled": True}}
     probes = [
-        {"match": dict(match), "route": {**copy.deepcopy(template), "cluster": target},
+        {**copy.deepcopy(template), "match": dict(match),
+         "route": {**copy.deepcopy(template["route"]), "cluster": target},
          "typed_per_filter_config": off}
         for protocol, target in targets.items() if target
         for match in PROBE_PATHS[protocol]

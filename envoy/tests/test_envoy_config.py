@@ -267,6 +267,10 @@ def test_the_template_uses_every_parameter() -> None:
         ({"sds_dir": "/etc/envoy/sds"}, "sds_dir needs a certificate"),
         ({"upstream_tls_clusters": "nope"}, r"no listener has cluster \['nope'\]"),
         ({"auth_issuer": "someone"}, "need auth_jwks_file"),
+        ({"otlp_endpoint": "https://collector:4318/v1/traces"}, "must be an http:// URL"),
+        ({"otlp_endpoint": "collector:4317"}, "must be an http:// URL"),
+        ({"otlp_protocol": "http/json"}, "otlp_protocol must be one of"),
+        ({"trace_sampling_percent": 101.0}, "within 0-100"),
     ],
 )
 def test_bad_parameters_are_refused(changes: dict[str, Any], message: str) -> None:
@@ -398,3 +402,49 @@ def test_without_shedding_or_auth_the_public_listener_only_routes() -> None:
     manager = public_manager(dataclasses.replace(ec.LOCAL, shed=False))
     assert [f["name"] for f in manager["http_filters"]] == ["envoy.filters.http.router"]
     assert "local_reply_config" not in manager
+
+
+@pytest.mark.parametrize(
+    ("protocol", "endpoint", "service"),
+    [
+        ("http/protobuf", "http://collector.example:4318/v1/traces", "http_service"),
+        ("grpc", "http://10.0.0.7:4317", "grpc_service"),
+    ],
+)
+def test_tracing_reports_a_span_per_hop_sampled_parent_based_like_the_services(
+    protocol: str, endpoint: str, service: str
+) -> None:
+    params = dataclasses.replace(
+        ec.KUBERNETES, otlp_endpoint=endpoint, otlp_protocol=protocol, trace_sampling_percent=2.5
+    )
+    config = ec.render(params)
+    ok, output = ec.validate(config)
+    assert ok, output
+    listeners = by_name(config["static_resources"]["listeners"])
+    for name, _ in params.listeners:
+        manager = listeners[name]["filter_chains"][0]["filters"][0]["typed_config"]
+        tracer = manager["tracing"]["provider"]["typed_config"]
+        assert tracer[service]  # the collector, as the protocol reaches it
+        parent_based = tracer["sampler"]["typed_config"]
+        ratio = parent_based["wrapped_sampler"]["typed_config"]["sampling_percentage"]
+        assert ratio == {"numerator": 25_000, "denominator": "MILLION"}  # 2.5 %
+        routes = manager["route_config"]["virtual_hosts"][0]["routes"]
+        assert {r["decorator"]["operation"] for r in routes} == {name}  # its spans' name
+    probe = listeners["probe"]["filter_chains"][0]["filters"][0]["typed_config"]
+    assert "tracing" not in probe  # the kubelet's probes and Prometheus' scrapes: no spans
+    otlp = by_name(config["static_resources"]["clusters"])["otlp"]
+    host, port = endpoint.removeprefix("http://").split("/")[0].split(":")
+    [member] = otlp["load_assignment"]["endpoints"][0]["lb_endpoints"]
+    assert member["endpoint"]["address"]["socket_address"] == {
+        "address": host,
+        "port_value": int(port),
+    }
+    assert otlp["type"] == ("STATIC" if host[0].isdigit() else "STRICT_DNS")
+    assert ("typed_extension_protocol_options" in otlp) == (protocol == "grpc")  # gRPC: h2
+
+
+def test_without_an_otlp_endpoint_nothing_is_traced() -> None:
+    config = ec.render(ec.LOCAL)
+    assert "tracing" not in str(config) and "otlp" not in by_name(
+        config["static_resources"]["clusters"]
+    )

@@ -21,7 +21,7 @@ from pathlib import Path
 from batcher import config as batcher_config
 from eds import config as eds_config
 from eds.cache import Endpoint
-from inferline import capacity
+from inferline import capacity, tracing
 from inferline.config import environment
 from inferline_envoy import config as envoy_config
 from inferline_envoy import proxyless
@@ -378,6 +378,13 @@ def envoy_params(config: StackConfig) -> envoy_config.EnvoyParams:
         min_retry_concurrency=capacity.MIN_RETRY_CONCURRENCY,
         shed=config.shed,
     )
+    if tracing.enabled():  # Envoy's spans go where the services' go, sampled alike
+        params = dataclasses.replace(
+            params,
+            otlp_endpoint=tracing.traces_endpoint(),
+            otlp_protocol=tracing.protocol(),
+            trace_sampling_percent=100 * tracing.sampling_ratio(),
+        )
     if config.auth:
         params = dataclasses.replace(
             params,

@@ -1,6 +1,7 @@
 """One request's trace across every process of the default stack (the real Envoy, middleman,
 the batcher dialled proxyless, the GPU pod's preprocess), each exporting over OTLP/HTTP with
-its real exporter to a receiver (:mod:`inferline_testing.otlp`).
+its real exporter to a receiver (:mod:`inferline_testing.otlp`): the services through the
+OpenTelemetry SDK, Envoy through its own OpenTelemetry tracer, every ~5 s.
 
 The stack samples nothing of its own (``parentbased_always_off``): a client's ``traceparent``
 decides, at any ratio. Triton serves the *simulated* GPU model.
@@ -78,30 +79,35 @@ async def test_a_sampled_request_is_one_trace_across_every_process(
     await classify(config, f"00-{unsampled}-{caller}-00")  # the client says: not this one
     await classify(config, f"00-{sampled}-{caller}-01")
 
-    names = {"middleman", "batcher", "preprocess"}
+    names = {"envoy", "middleman", "batcher", "preprocess"}
     await wait_for_state(
         lambda: {s.service for s in found.of_trace(sampled)} >= names and len(
-            found.of_trace(sampled)) >= 6,
+            found.of_trace(sampled)) >= 8,
         WAIT_S,
-        "spans of the sampled request from middleman, the batcher and the GPU pod",
+        "spans of the sampled request from Envoy, middleman, the batcher and the GPU pod",
     )  # fmt: skip
     spans = found.of_trace(sampled)
+    front = one(spans, "envoy", "middleman")  # Envoy's span of its hop, named for it
     middleman = one(spans, "middleman", INFER)
     batcher = one(spans, "batcher", INFER)
     batch = one(spans, "batcher", "batch simulated_gpu")
     pod = one(spans, "preprocess", INFER)
     decode = one(spans, "preprocess", "decode")
     infer = one(spans, "preprocess", "infer")
-    assert middleman.parent_id == caller  # through Envoy's front door, as the client sent it
-    assert batcher.parent_id == middleman.span_id  # proxyless
+    assert front.parent_id == caller  # Envoy's front door, as the client sent it
+    assert middleman.parent_id == front.span_id
+    assert batcher.parent_id == middleman.span_id  # proxyless: no Envoy between
     assert batch.parent_id == batcher.span_id
     assert [link.span_id.hex() for link in batch.span.links] == [batcher.span_id]
-    assert pod.parent_id == batch.span_id  # through Envoy's batch hop
+    [pool] = [s for s in spans if s.service == "envoy" and s.parent_id == batch.span_id]
+    assert pool.span.name in {"triton", "preprocess"}  # the GPU pool's hop
+    assert pod.parent_id == pool.span_id
     assert decode.parent_id == pod.span_id and infer.parent_id == pod.span_id
     assert batcher.attribute("inferline.batch.items") == 1
     assert decode.attribute("inferline.images") == 1
     for span in (middleman, batcher, pod):
         assert span.attribute("rpc.grpc.status_code") == 0
+    assert front.attribute("grpc.path") == "/" + INFER
     assert found.of_trace(unsampled) == []  # never made: nothing waits on its absence
 
 
@@ -119,6 +125,11 @@ async def test_a_rest_request_is_traced_from_its_traceparent_header(
     spans = found.of_trace(sampled)
     rest = one(spans, "middleman", "POST /v2/models/{model}/infer")
     batcher = one(spans, "batcher", INFER)
-    assert rest.parent_id == caller
+    await wait_for_state(
+        lambda: any(s.service == "envoy" for s in found.of_trace(sampled)), WAIT_S, "Envoy's span"
+    )
+    front = one(found.of_trace(sampled), "envoy", "middleman")
+    assert front.parent_id == caller
+    assert rest.parent_id == front.span_id
     assert rest.attribute("http.response.status_code") == 200
     assert batcher.parent_id == rest.span_id
