@@ -37,7 +37,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
-from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, TraceIdRatioBased
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from inferline.metrics import Handler, WrappingInterceptor, around_handler, call_status
@@ -147,18 +147,21 @@ class _OnceQueueFull(logging.Filter):
         return True
 
 
-def provider(service: str, span_exporter: SpanExporter | None = None) -> TracerProvider:
+def provider(
+    service: str, span_exporter: SpanExporter | None = None, sampler: Sampler | None = None
+) -> TracerProvider:
     """A tracer provider as the environment configures it, exporting through ``span_exporter``
-    (default: :func:`exporter`) behind a bounded batch processor whose drops are counted."""
+    (default: :func:`exporter`) behind a bounded batch processor whose drops are counted, and
+    sampling with ``sampler`` (default: the environment's, else parent-based at
+    :data:`DEFAULT_RATIO`)."""
     resource = Resource.create()  # OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME
     named = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get(
         "OTEL_RESOURCE_ATTRIBUTES", ""
     )
     if not named:  # the environment's name wins; the service's own otherwise
         resource = resource.merge(Resource({"service.name": service}))
-    sampler = None if os.environ.get("OTEL_TRACES_SAMPLER") else ParentBased(
-        TraceIdRatioBased(DEFAULT_RATIO)
-    )  # fmt: skip
+    if sampler is None and not os.environ.get("OTEL_TRACES_SAMPLER"):
+        sampler = ParentBased(TraceIdRatioBased(DEFAULT_RATIO))
     tracer_provider = TracerProvider(resource=resource, sampler=sampler)
     # The SDK counts what its processor drops only when asked (its internal metrics flag).
     os.environ.setdefault("OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED", "true")
@@ -328,10 +331,19 @@ class ServerTracing(WrappingInterceptor):
 
 
 class ClientTracing(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.StreamStreamClientInterceptor):
-    """Passes the current span on in each call's metadata (W3C ``traceparent``)."""
+    """Passes the current span on in each call's metadata (W3C ``traceparent``); with
+    ``sampled_only``, only a sampled one (for a server that traces whatever carries a
+    traceparent, its sampled flag unread: Triton)."""
 
-    @staticmethod
-    def _with_context(details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+    def __init__(self, sampled_only: bool = False) -> None:
+        self.sampled_only = sampled_only
+
+    def _with_context(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+        if (
+            self.sampled_only
+            and not trace.get_current_span().get_span_context().trace_flags.sampled
+        ):
+            return details
         metadata = grpc.aio.Metadata(*inject(tuple(details.metadata or ())))
         return grpc.aio.ClientCallDetails(
             details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
@@ -388,6 +400,7 @@ def server_interceptors() -> list[grpc.aio.ServerInterceptor]:
     return [ServerTracing()] if is_on() else []
 
 
-def client_interceptors() -> list[grpc.aio.ClientInterceptor]:
-    """What a channel adds for tracing: nothing while tracing is off."""
-    return [ClientTracing()] if is_on() else []
+def client_interceptors(sampled_only: bool = False) -> list[grpc.aio.ClientInterceptor]:
+    """What a channel adds for tracing: nothing while tracing is off (``sampled_only``: see
+    :class:`ClientTracing`)."""
+    return [ClientTracing(sampled_only)] if is_on() else []

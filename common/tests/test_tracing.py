@@ -265,3 +265,37 @@ def test_the_sampling_ratio_passed_to_envoy_is_the_sdks(
     environ: dict[str, str], ratio: float
 ) -> None:
     assert tracing.sampling_ratio(environ) == ratio
+
+
+async def test_a_sampled_only_channel_passes_on_a_sampled_context_and_no_other(
+    spans: InMemorySpanExporter,
+) -> None:
+    # For Triton, which traces every request that carries a traceparent, sampled or not.
+    seen: list[str | None] = []
+
+    async def record(request: bytes, context: Any) -> bytes:
+        metadata = dict(context.invocation_metadata())
+        seen.append(metadata.get("traceparent"))
+        return b"ok"
+
+    def register(server: grpc.aio.Server) -> None:
+        handlers = {"Call": grpc.unary_unary_rpc_method_handler(record)}
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("test.Hop", handlers),)
+        )
+
+    server = await start_server("triton-like", 0, [register], ["test.Hop"], host="127.0.0.1")
+    interceptors = tracing.client_interceptors(sampled_only=True)
+    try:
+        async with grpc.aio.insecure_channel(
+            f"127.0.0.1:{server.port}", interceptors=interceptors
+        ) as channel:
+            for sampled in (True, False):
+                parent = tracing.extract((("traceparent", traceparent(sampled)),))
+                with tracing.tracer().start_as_current_span("batch", context=parent):
+                    await channel.unary_unary("/test.Hop/Call")(b"x", timeout=5)
+    finally:
+        await server.stop(0)
+    [passed, withheld] = seen
+    assert passed is not None and passed.split("-")[1] == TRACE_ID and passed.endswith("-01")
+    assert withheld is None

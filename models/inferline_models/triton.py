@@ -25,10 +25,11 @@ import socket
 import sys
 import sysconfig
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from inferline import tracing
 from inferline_models.binding import Binding
 from inferline_models.repository import MAX_QUEUE_DELAY_US, MODEL_NAME
 from inferline_models.simulated import K_MS, SIMULATED_MODEL, T0_MS, GpuTiming, simulated_binding
@@ -40,6 +41,42 @@ LIVENESS_PERIOD_S = 1.0
 # Triton's protected endpoints (statistics, repository, ...) take this token when it is set;
 # otherwise PyTriton makes a random one. The simulated-GPU benchmark reads the statistics.
 ACCESS_TOKEN_ENV = "INFERLINE_TRITON_ACCESS_TOKEN"
+# Triton traces one in `rate` requests that carry no traceparent: none, in effect. Every request
+# comes from the GPU pod, which passes a sampled batch's context on and decides for the rest.
+TRACE_RATE_NEVER = 1_000_000_000
+# Triton's OpenTelemetry settings for the SDK's batch processor variables.
+_TRITON_BSP = {
+    "OTEL_BSP_SCHEDULE_DELAY": "bsp_schedule_delay",
+    "OTEL_BSP_MAX_QUEUE_SIZE": "bsp_max_queue_size",
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "bsp_max_export_batch_size",
+}
+
+
+def trace_config(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """tritonserver's ``--trace-config`` settings for the ``OTEL_*`` environment: Triton's
+    OpenTelemetry tracing, to the services' collector, as service ``triton``; none while
+    tracing is off. Triton traces every request that carries a traceparent, whatever its sampled
+    flag (the pod passes on only a sampled one's), and exports OTLP/HTTP only."""
+    if not tracing.enabled(environ):
+        return []
+    if tracing.protocol(environ) != "http/protobuf":
+        logger.warning("Triton exports spans over OTLP http/protobuf only: its spans are left out")
+        return []
+    settings = [
+        "mode=opentelemetry",
+        "level=TIMESTAMPS",
+        f"rate={TRACE_RATE_NEVER}",
+        f"opentelemetry,url={tracing.traces_endpoint(environ)}",
+        "opentelemetry,resource=service.name=triton",
+    ]
+    settings += [
+        f"opentelemetry,{setting}={environ[variable]}"
+        for variable, setting in _TRITON_BSP.items()
+        if environ.get(variable)
+    ]
+    return settings
+
+
 # --execution-provider: the keys of onnx_backend.EXECUTION_PROVIDERS (a test holds them equal),
 # not imported from there so that serving only the simulated GPU never loads ONNX Runtime.
 EXECUTION_PROVIDERS = ("cpu", "cuda", "tensorrt")
@@ -114,8 +151,23 @@ class GrpcTls:
         }
 
 
+def _drop_pytriton_spans() -> None:
+    """PyTriton's own spans, which it makes around each Python model's call whenever Triton
+    traces, are made and dropped. Its default tracer exports every call's (each without a
+    parent a trace of its own, and its batch span marked sampled whatever the trace's decision),
+    and it fails a call whose span does not record. Triton's spans of the model's call
+    (``InferRequest``, the model, ``compute``) say what they would."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+    from pytriton.proxy.telemetry import get_telemetry_tracer, set_telemetry_tracer
+
+    if get_telemetry_tracer() is None:  # no span processor: nothing leaves
+        set_telemetry_tracer(TracerProvider(sampler=ALWAYS_ON).get_tracer("pytriton"))
+
+
 class LocalTriton:
-    """The Triton server binary shipped by PyTriton, serving `bindings`; a context manager."""
+    """The Triton server binary shipped by PyTriton, serving `bindings`; a context manager.
+    ``trace_config``: tritonserver's ``--trace-config`` settings (:func:`trace_config`)."""
 
     def __init__(
         self,
@@ -125,10 +177,13 @@ class LocalTriton:
         access_token: str | None = None,
         workspace: Path | None = None,
         tls: GrpcTls | None = None,
+        trace_config: Sequence[str] = (),
     ) -> None:
         from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
         self._names = [b.name for b in bindings]
+        if trace_config:
+            _drop_pytriton_spans()
         self._started = False
         self._ports = ports
         self._address = address
@@ -149,6 +204,7 @@ class LocalTriton:
                 grpc_keepalive_permit_without_calls=True,
                 grpc_http2_min_recv_ping_interval_without_data=500,
                 grpc_http2_max_ping_strikes=0,
+                trace_config=list(trace_config) or None,
                 **(tls.triton_config() if tls else {}),
             ),
             security_config=TritonSecurityConfig(access_token=access_token or None),
@@ -350,6 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             access_token=token,
             workspace=args.workspace,
             tls=tls,
+            trace_config=trace_config(),
         ) as triton:
             triton.start()
             starting = False

@@ -1,5 +1,6 @@
-"""An OTLP/HTTP trace receiver for tests: ``POST /v1/traces`` (protobuf, gzip or not), every
-span kept in memory with the service that sent it, as the OpenTelemetry protocol carries them.
+"""An OTLP/HTTP trace receiver for tests: ``POST /v1/traces`` (binary protobuf or JSON, gzip or
+not, as a collector takes them: Triton's exporter sends JSON), every span kept in memory with
+the service that sent it, as the OpenTelemetry protocol carries them.
 
 The services export through their real OTLP exporter to it; what a test reads is what any
 collector would have received."""
@@ -7,13 +8,16 @@ collector would have received."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from aiohttp import web
+from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
@@ -56,7 +60,10 @@ class Receiver:
         body = await request.read()
         if request.headers.get("Content-Encoding") == "gzip":
             body = gzip.decompress(body)
-        export = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+        if request.content_type == "application/json":
+            export = from_json(body)
+        else:
+            export = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
         for resource_spans in export.resource_spans:
             service = next(
                 (
@@ -70,6 +77,31 @@ class Receiver:
                 self.spans.extend(Received(service, span) for span in scope_spans.spans)
         answer = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
         return web.Response(body=answer, content_type="application/x-protobuf")
+
+
+_IDS = ("traceId", "spanId", "parentSpanId")
+
+
+def from_json(body: bytes) -> trace_service_pb2.ExportTraceServiceRequest:
+    """OTLP/JSON: protobuf's JSON mapping, but for ids in hex rather than base64 (the OTLP
+    specification's exception)."""
+
+    def ids_to_base64(node: object) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in _IDS and isinstance(value, str):
+                    node[key] = base64.b64encode(bytes.fromhex(value)).decode()
+                else:
+                    ids_to_base64(value)
+        elif isinstance(node, list):
+            for item in node:
+                ids_to_base64(item)
+
+    document = json.loads(body)
+    ids_to_base64(document)
+    export = trace_service_pb2.ExportTraceServiceRequest()
+    json_format.ParseDict(document, export, ignore_unknown_fields=True)
+    return export
 
 
 @contextmanager

@@ -4,7 +4,8 @@ its real exporter to a receiver (:mod:`inferline_testing.otlp`): the services th
 OpenTelemetry SDK, Envoy through its own OpenTelemetry tracer, every ~5 s.
 
 The stack samples nothing of its own (``parentbased_always_off``): a client's ``traceparent``
-decides, at any ratio. Triton serves the *simulated* GPU model.
+decides, at any ratio. Triton serves the *simulated* GPU model, and sends its own spans (JSON
+over OTLP/HTTP) when the GPU pod passes a sampled batch's context on.
 """
 
 from __future__ import annotations
@@ -79,12 +80,12 @@ async def test_a_sampled_request_is_one_trace_across_every_process(
     await classify(config, f"00-{unsampled}-{caller}-00")  # the client says: not this one
     await classify(config, f"00-{sampled}-{caller}-01")
 
-    names = {"envoy", "middleman", "batcher", "preprocess"}
+    names = {"envoy", "middleman", "batcher", "preprocess", "triton"}
     await wait_for_state(
         lambda: {s.service for s in found.of_trace(sampled)} >= names and len(
-            found.of_trace(sampled)) >= 8,
+            found.of_trace(sampled)) >= 11,
         WAIT_S,
-        "spans of the sampled request from Envoy, middleman, the batcher and the GPU pod",
+        "spans of the sampled request from Envoy, middleman, the batcher, the GPU pod and Triton",
     )  # fmt: skip
     spans = found.of_trace(sampled)
     front = one(spans, "envoy", "middleman")  # Envoy's span of its hop, named for it
@@ -103,12 +104,20 @@ async def test_a_sampled_request_is_one_trace_across_every_process(
     assert pool.span.name in {"triton", "preprocess"}  # the GPU pool's hop
     assert pod.parent_id == pool.span_id
     assert decode.parent_id == pod.span_id and infer.parent_id == pod.span_id
+    triton = one(spans, "triton", "InferRequest")  # Triton's own, joined to the pod's call
+    model = one(spans, "triton", "simulated_gpu")
+    assert triton.parent_id == infer.span_id and model.parent_id == triton.span_id
+    assert model.attribute("triton.model_name") == "simulated_gpu"
     assert batcher.attribute("inferline.batch.items") == 1
     assert decode.attribute("inferline.images") == 1
     for span in (middleman, batcher, pod):
         assert span.attribute("rpc.grpc.status_code") == 0
     assert front.attribute("grpc.path") == "/" + INFER
-    assert found.of_trace(unsampled) == []  # never made: nothing waits on its absence
+    # Nothing else was sent: not the unsampled request's spans (never made: nothing waits on
+    # their absence), nor the stack's own calls, nor PyTriton's spans around the Python model
+    # (made and dropped: its tracer would send them for every call, each a trace of its own).
+    assert {s.trace_id for s in found.spans} == {sampled}
+    assert not [s for s in found.spans if s.span.name.startswith(("pytriton", "proxy_"))]
 
 
 async def test_a_rest_request_is_traced_from_its_traceparent_header(

@@ -54,7 +54,9 @@ class LocalTriton:
     ) -> None:
         self.url, self.token_file, self.ring = url, token_file, ring
         options = channel_options(keepalive_ms=KEEPALIVE_MS)
-        traced = tracing.client_interceptors()  # its Triton joins the trace
+        # Its Triton joins a sampled batch's trace. Triton traces every request that carries a
+        # traceparent, sampled or not: only a sampled one's is passed on.
+        traced = tracing.client_interceptors(sampled_only=True)
         if credentials is None:
             self.channel = grpc.aio.insecure_channel(url, options=options, interceptors=traced)
         else:
