@@ -8,6 +8,8 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
+from opentelemetry.sdk.trace.sampling import Sampler
+
 from inferline import logs, tracing
 from inferline.config import ConfigError, load
 from inferline.metrics import start_metrics_server
@@ -57,10 +59,13 @@ def run(
     start: Callable[[C], Awaitable[Running]],
     description: str | None = None,
     fatal: tuple[type[Exception], ...] = (),
+    sampler: Sampler | None = None,
 ) -> None:
-    """``python -m <name>``: a bad configuration or a start-up failure exits with one line."""
+    """``python -m <name>``: a bad configuration or a start-up failure exits with one line.
+    ``sampler``: its traces' sampler when ``OTEL_TRACES_SAMPLER`` names none (default: the
+    pipeline's, :func:`inferline.tracing.provider`)."""
     logs.setup()
-    tracing.setup(name)
+    tracing.setup(name, sampler)
     expected: tuple[type[Exception], ...] = (ConfigError, OSError, *fatal)
     try:
         prog = f"python -m {name}"

@@ -184,11 +184,14 @@ def activate(tracer_provider: TracerProvider | None) -> None:
     _provider = tracer_provider
 
 
-def setup(service: str) -> bool:
-    """Install the process's tracer provider when :func:`enabled`; whether it is on."""
+def setup(service: str, sampler: Sampler | None = None) -> bool:
+    """Install the process's tracer provider when :func:`enabled`; whether it is on.
+    ``sampler``: the service's own default, for an unset ``OTEL_TRACES_SAMPLER``."""
     if not enabled():
         return False
-    tracer_provider = provider(service)
+    tracer_provider = provider(
+        service, sampler=None if os.environ.get("OTEL_TRACES_SAMPLER") else sampler
+    )
     trace.set_tracer_provider(tracer_provider)  # for any library that traces through the API
     activate(tracer_provider)
     logger.info(

@@ -41,6 +41,7 @@ from eds.resources import (
 )
 from eds.sotw import SotwStream
 from eds.streams import Kind, StreamEvent
+from inferline import tracing
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,30 @@ class _Inbox(Generic[Req]):
 
     def end(self) -> None:
         self.queue.put_nowait(Signal.END)
+
+
+def push_span(
+    response: DiscoveryResponse | DeltaDiscoveryResponse,
+    node_id: str,
+    api: str,
+    reason: str,
+    snapshot: Snapshot,
+) -> Any:
+    """A span for one push to one client (None while tracing is off), started when what it
+    carries changed (``reason`` "change": its length is how long the change took to reach that
+    client) or now (an answer to the client's request); the caller ends it once sent."""
+    if not tracing.is_on():
+        return None
+    kind = short_name(response.type_url)
+    version = getattr(response, "version_info", "") or getattr(response, "system_version_info", "")
+    start = time.time_ns()
+    if reason == "change":
+        start -= int((time.monotonic() - snapshot.changed_at) * 1e9)
+    attributes = {
+        "xds.type": kind, "xds.node": node_id, "xds.api": api, "xds.version": version,
+        "xds.resources": len(response.resources), "inferline.push.reason": reason,
+    }  # fmt: skip
+    return tracing.tracer().start_span(f"push {kind}", start_time=start, attributes=attributes)
 
 
 class XdsServer:
@@ -212,7 +237,12 @@ class XdsServer:
                     reason = "request"
                 snapshot = self.builder.snapshot()
                 for response in stream.responses(snapshot):
-                    yield response
+                    span = push_span(response, stream.node_id, api, reason, snapshot)
+                    try:
+                        yield response
+                    finally:
+                        if span is not None:  # sent (or the stream ended)
+                            span.end()
                     kind = short_name(response.type_url)
                     metrics.PUSHES.labels(kind, reason).inc()
                     if reason == "change":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,12 +19,17 @@ from envoy_data_plane.envoy.service.discovery.v3 import (
     DiscoveryResponse,
 )
 from envoy_data_plane.google.rpc import Status
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from prometheus_client import REGISTRY
 
 from eds.cache import Endpoint, EndpointCache
 from eds.resources import CLUSTERS, ENDPOINTS, SnapshotBuilder
 from eds.server import XdsServer
 from eds.streams import Kind, StreamEvent
+from inferline import tracing
 from inferline_testing.waits import wait_for_state
 
 WAIT_S = 30.0  # generous: only bounds how long a broken run takes to fail
@@ -297,3 +303,36 @@ async def test_one_change_reaches_a_hundred_streams(world: World) -> None:
     assert seconds[0].version_info != firsts[0].version_info
     for call in calls:
         call.cancel()
+
+
+async def test_each_push_is_a_span_from_the_change_to_the_sent_answer(world: World) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_ON)  # as eds runs: every push traced
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.activate(provider)
+    try:
+        world.cache.mark_ready()
+        call = world.sotw()
+        await call.write(request("triton"))
+        first = await call.read()
+        await call.write(request("triton", version=first.version_info, nonce=first.nonce))
+        await world.seen(Kind.ACK)
+        changed = time.time_ns()
+        world.cache.set_cluster("triton", [E1, E2])
+        second = await call.read()
+        await wait_for_state(lambda: len(exporter.get_finished_spans()) == 2, WAIT_S, "2 spans")
+    finally:
+        tracing.activate(None)
+        call.cancel()
+    answer, push = exporter.get_finished_spans()
+    for span, response, reason in ((answer, first, "request"), (push, second, "change")):
+        assert span.name == "push ClusterLoadAssignment"
+        assert span.attributes is not None
+        assert dict(span.attributes) == {
+            "xds.type": "ClusterLoadAssignment", "xds.node": "test-proxy", "xds.api": "sotw",
+            "xds.version": response.version_info, "xds.resources": 1,
+            "inferline.push.reason": reason,
+        }  # fmt: skip
+    # A change's push starts when the cache changed: its length is the change's way out.
+    assert push.start_time is not None and changed <= push.start_time + 5_000_000
+    assert push.end_time is not None and push.start_time < push.end_time
