@@ -271,14 +271,14 @@ def batch_span(
 
 
 @contextlib.contextmanager
-def step(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[None]:
-    """A span for one step of the current call's work (a decode, a call to Triton); nothing
-    while tracing is off."""
+def step(name: str, attributes: Mapping[str, Any] | None = None) -> Iterator[trace.Span]:
+    """A span for one step of the current call's work (a decode, a call to Triton, a video);
+    while tracing is off, no span (an invalid one, whose events and attributes go nowhere)."""
     if _provider is None:
-        yield
+        yield trace.INVALID_SPAN
         return
-    with tracer().start_as_current_span(name, attributes=attributes):
-        yield
+    with tracer().start_as_current_span(name, attributes=attributes) as span:
+        yield span
 
 
 def server_span(

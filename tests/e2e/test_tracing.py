@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 from unittest import mock
 
+import numpy as np
 import pytest
+import tritonclient.grpc.aio as triton
 
 from demo_client.client import open_clients
 from demo_client.load import image_requests
@@ -30,6 +33,13 @@ pytestmark = pytest.mark.e2e
 
 WAIT_S = 30.0
 INFER = "inference.GRPCInferenceService/ModelInfer"
+SAMPLED: set[str] = set()  # every trace the tests ask for, whichever test runs first
+
+
+def sampled_trace() -> str:
+    trace_id = secrets.token_hex(16)
+    SAMPLED.add(trace_id)
+    return trace_id
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +85,7 @@ async def test_a_sampled_request_is_one_trace_across_every_process(
     traced_stack: tuple[StackConfig, Receiver],
 ) -> None:
     config, found = traced_stack
-    unsampled, sampled = secrets.token_hex(16), secrets.token_hex(16)
+    unsampled, sampled = secrets.token_hex(16), sampled_trace()
     caller = secrets.token_hex(8)
     await classify(config, f"00-{unsampled}-{caller}-00")  # the client says: not this one
     await classify(config, f"00-{sampled}-{caller}-01")
@@ -116,7 +126,7 @@ async def test_a_sampled_request_is_one_trace_across_every_process(
     # Nothing else was sent: not the unsampled request's spans (never made: nothing waits on
     # their absence), nor the stack's own calls, nor PyTriton's spans around the Python model
     # (made and dropped: its tracer would send them for every call, each a trace of its own).
-    assert {s.trace_id for s in found.spans} == {sampled}
+    assert {s.trace_id for s in found.spans} <= SAMPLED
     assert not [s for s in found.spans if s.span.name.startswith(("pytriton", "proxy_"))]
 
 
@@ -124,7 +134,7 @@ async def test_a_rest_request_is_traced_from_its_traceparent_header(
     traced_stack: tuple[StackConfig, Receiver],
 ) -> None:
     config, found = traced_stack
-    sampled, caller = secrets.token_hex(16), secrets.token_hex(8)
+    sampled, caller = sampled_trace(), secrets.token_hex(8)
     await classify(config, f"00-{sampled}-{caller}-01", HTTP)
     await wait_for_state(
         lambda: {s.service for s in found.of_trace(sampled)} >= {"middleman", "preprocess"},
@@ -142,3 +152,38 @@ async def test_a_rest_request_is_traced_from_its_traceparent_header(
     assert rest.parent_id == front.span_id
     assert rest.attribute("http.response.status_code") == 200
     assert batcher.parent_id == rest.span_id
+
+
+async def test_a_video_is_one_span_with_an_event_per_frame(
+    traced_stack: tuple[StackConfig, Receiver],
+) -> None:
+    config, found = traced_stack
+    sampled, caller = sampled_trace(), secrets.token_hex(8)
+    video = media.make_video("mpeg4_mp4", media.video_frames(8, 64, 48))
+
+    async def requests() -> AsyncIterator[dict[str, Any]]:
+        tensor = triton.InferInput("VIDEO", [1], "BYTES")
+        tensor.set_data_from_numpy(np.array([video], dtype=np.object_))
+        yield {"model_name": "classifier_video", "inputs": [tensor], "parameters": {"every_n": 2}}
+
+    indices = []
+    async with triton.InferenceServerClient(f"127.0.0.1:{config.public_port}") as client:
+        traceparent = {"traceparent": f"00-{sampled}-{caller}-01"}
+        async for result, error in client.stream_infer(requests(), headers=traceparent):
+            assert error is None, error
+            indices.append(int(result.as_numpy("FRAME_INDEX")[0]))
+    await wait_for_state(
+        lambda: any(s.span.name == "video" for s in found.of_trace(sampled)),
+        WAIT_S,
+        "the video's span",
+    )
+    spans = found.of_trace(sampled)
+    stream = one(spans, "middleman", "inference.GRPCInferenceService/ModelStreamInfer")
+    upload = one(spans, "middleman", "video")
+    assert upload.parent_id == stream.span_id
+    assert upload.attribute("inferline.video.chunked") is False
+    events = upload.span.events
+    assert [e.name for e in events] == ["frame"] * len(indices) and len(indices) > 1
+    frames = [next(a.value.int_value for a in e.attributes if a.key == "inferline.frame.index")
+              for e in events]  # fmt: skip
+    assert frames == indices

@@ -17,7 +17,7 @@ import grpc
 from prometheus_client import Counter, Histogram
 from tritonclient.grpc import service_pb2
 
-from inferline import kserve
+from inferline import kserve, tracing
 from inferline.admission import Admission, Overloaded
 from inferline.errors import InferError, grpc_boundary, grpc_stream_boundary, invalid
 from inferline.imaging.decode import Limits
@@ -240,11 +240,19 @@ class ClassifierService(KServeServicer):
             # A video's frames are not known before it is opened: it counts against the hard
             # bounds (one request, the bytes it holds here), not the throughput estimate.
             held = len(video) if isinstance(video, bytes) else 0
-            with self.admitted(VIDEO_MODEL, 0, held, budget):
+            upload = {"inferline.video.chunked": not held, "inferline.request.id": request.id}
+            with self.admitted(VIDEO_MODEL, 0, held, budget), tracing.step("video", upload) as span:
                 labels = self.classifiers.default.labels
                 params = kserve.parameters(request)
                 async with self.video(video, params, remaining) as frames:
-                    async for frame in frames:
+                    async for frame in frames:  # one span per video, an event per frame
+                        span.add_event(
+                            "frame",
+                            {
+                                "inferline.frame.index": int(frame.index),
+                                "inferline.frame.timestamp": float(frame.timestamp),
+                            },
+                        )
                         response = outputs.frame_response(request.id, counts, frame, labels)
                         FRAMES.labels(VIDEO_MODEL).inc()
                         answering = True
