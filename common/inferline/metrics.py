@@ -16,14 +16,9 @@ from typing import Any
 
 import grpc
 from aiohttp import web
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    REGISTRY,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
+from opentelemetry import trace
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import CollectorRegistry
 
 logger = logging.getLogger(__name__)
@@ -40,9 +35,10 @@ async def start_metrics_server(
 ) -> tuple[web.AppRunner, int]:
     """Serve ``/metrics`` on ``port`` (0 picks one); returns the runner and the bound port."""
 
-    async def metrics(_: web.Request) -> web.Response:
-        body = generate_latest(registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    async def metrics(request: web.Request) -> web.Response:
+        # OpenMetrics to a scraper that asks for it (Prometheus does): only it carries exemplars
+        encode, content_type = choose_encoder(request.headers.get("Accept", ""))
+        return web.Response(body=encode(registry), headers={"Content-Type": content_type})
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
@@ -53,6 +49,19 @@ async def start_metrics_server(
     bound = int(runner.addresses[0][1]) if runner.addresses else port
     logger.info("metrics on http://%s:%d/metrics", host, bound)
     return runner, bound
+
+
+def exemplar() -> dict[str, str] | None:
+    """The current span as a histogram observation's exemplar, when it is sampled: a
+    dashboard's slow bucket then links to a trace of a request that fell in it (OpenMetrics
+    exemplars, ``trace_id`` as Grafana looks for it). None while no sampled span is current."""
+    context = trace.get_current_span().get_span_context()
+    if not context.trace_flags.sampled:
+        return None
+    return {
+        "trace_id": format(context.trace_id, "032x"),
+        "span_id": format(context.span_id, "016x"),
+    }
 
 
 @dataclass(frozen=True)
@@ -273,7 +282,7 @@ class RpcMetrics(WrappingInterceptor):
             model = "" if code == "NOT_FOUND" else (call.model or "")
             self._child(self.collectors.requests, method, model, code).inc()
             elapsed = time.perf_counter() - start
-            self._child(self.collectors.duration, method, model).observe(elapsed)
+            self._child(self.collectors.duration, method, model).observe(elapsed, exemplar())
             self._child(self.collectors.received, method, model).inc(call.received)
 
     def wrap(self, path: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
@@ -352,7 +361,8 @@ def http_metrics(service: str, unmeasured: frozenset[str] = frozenset()) -> Any:
             inflight.dec()
             model = "" if code == 404 else request.match_info.get("model", "")
             collectors.requests.labels(route, model, str(code)).inc()
-            collectors.duration.labels(route, model).observe(time.perf_counter() - start)
+            elapsed = time.perf_counter() - start
+            collectors.duration.labels(route, model).observe(elapsed, exemplar())
             collectors.received.labels(route, model).inc(request.content_length or 0)
             sent = response.content_length if response is not None else None
             collectors.sent.labels(route, model).inc(sent or 0)

@@ -118,6 +118,7 @@ def service(config: StackConfig) -> Service:
             f"--config.file={base / 'prometheus.yml'}",
             f"--storage.tsdb.path={base / 'data'}",
             "--storage.tsdb.retention.time=2d",
+            "--enable-feature=exemplar-storage",  # a slow bucket's trace (inferline.metrics)
             f"--web.listen-address={HOST}:{config.prometheus_port}",
             "--log.level=warn",
         ],

@@ -10,8 +10,12 @@ over OTLP/HTTP) when the GPU pod passes a sampled batch's context on.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
+import time
+import urllib.parse
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 from unittest import mock
@@ -187,3 +191,30 @@ async def test_a_video_is_one_span_with_an_event_per_frame(
     frames = [next(a.value.int_value for a in e.attributes if a.key == "inferline.frame.index")
               for e in events]  # fmt: skip
     assert frames == indices
+
+
+async def test_a_sampled_requests_latency_carries_its_trace_as_an_exemplar(
+    traced_stack: tuple[StackConfig, Receiver],
+) -> None:
+    # Each service's /metrics speaks OpenMetrics to Prometheus, whose exemplar storage keeps
+    # the sampled trace beside the bucket a request's duration fell in.
+    config, _ = traced_stack
+    since = time.time()
+    sampled = sampled_trace()
+    await classify(config, f"00-{sampled}-{secrets.token_hex(8)}-01")
+    query = urllib.parse.urlencode({
+        "query": "inferline_middleman_grpc_request_duration_seconds_bucket",
+        "start": since - 1, "end": since + 600,
+    })  # fmt: skip
+
+    def exemplars() -> list[dict[str, Any]]:
+        url = f"{config.prometheus_url}/api/v1/query_exemplars?{query}"
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            found: list[dict[str, Any]] = json.load(answer)["data"]
+        return [e for series in found for e in series["exemplars"]]
+
+    await wait_for_state(
+        lambda: any(e["labels"].get("trace_id") == sampled for e in exemplars()),
+        WAIT_S,
+        "the sampled request's exemplar in Prometheus",
+    )
