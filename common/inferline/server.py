@@ -17,7 +17,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from inferline import tracing
+from inferline import timing, tracing
 from inferline.capacity import INNER_MESSAGE_BYTES
 from inferline.metrics import RpcMetrics
 from inferline.tls import ServerTls
@@ -97,15 +97,23 @@ async def start_server(
     max_message_bytes: int = MAX_MESSAGE_BYTES,
     tls: ServerTls | None = None,
     health_port: int | None = None,
+    timing_as: str | None = None,
 ) -> RunningServer:
     """Start a server for ``name`` on ``port`` (0 picks a free one) and mark it SERVING;
     over TLS (mutual when ``tls`` names a CA) when ``tls`` is given.
+
+    ``timing_as``: per-hop timing in each answer (:mod:`inferline.timing`): None, none; "", the
+    parts measured beneath; a hop's name, its own total too, under that name.
 
     ``health_port``: a second, plaintext port that answers ``grpc.health.v1`` only, with the
     same statuses (0 picks one): what a kubelet's gRPC probe reaches while the service's own
     port asks every client for a certificate (it presents none)."""
     server = grpc.aio.server(
-        interceptors=[*tracing.server_interceptors(), RpcMetrics(name)],
+        interceptors=[
+            *tracing.server_interceptors(),
+            RpcMetrics(name),
+            *(timing.server_interceptors(timing_as) if timing_as is not None else ()),
+        ],
         options=server_options(max_message_bytes),
     )
     for add in register:

@@ -25,6 +25,7 @@ async def serve(
     max_message_bytes: int = MAX_MESSAGE_BYTES,
     tls: ServerTls | None = None,
     health_port: int | None = None,
+    timing_as: str | None = None,
 ) -> RunningServer:
     """Serve ``servicer`` as KServe v2 gRPC on ``port`` (:func:`inferline.server.start_server`)."""
     return await start_server(
@@ -36,6 +37,7 @@ async def serve(
         max_message_bytes=max_message_bytes,
         tls=tls,
         health_port=health_port,
+        timing_as=timing_as,
     )
 
 

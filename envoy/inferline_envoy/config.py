@@ -150,6 +150,8 @@ class EnvoyParams:
     # stack passes its own), one with one keeps its caller's decision.
     otlp_endpoint: str = ""
     otlp_protocol: str = "http/protobuf"
+    # Envoy's share of each answer's per-hop timing, added by the public listener.
+    server_timing: bool = True
     trace_sampling_percent: float = 1.0
     trace_service_name: str = "envoy"
 
@@ -354,6 +356,10 @@ def render(params: EnvoyParams = LOCAL, template: Path | None = None) -> dict[st
         public["http_filters"].insert(0, substitute(shapes["public_shed"], values))
         public["local_reply_config"] = substitute(shapes["public_shed_reply"], values)
         unshed_probes(public, params.listeners[0][0], rest.get(params.listeners[0][0]))
+    if params.server_timing:
+        public["route_config"]["response_headers_to_add"] = substitute(
+            shapes["public_timing"], values
+        )
     if params.auth_jwks_file:  # first: a request without a good token counts for nothing
         public["http_filters"].insert(0, authentication(shapes, values, params))
     if params.otlp_endpoint:

@@ -21,7 +21,7 @@ from pathlib import Path
 from batcher import config as batcher_config
 from eds import config as eds_config
 from eds.cache import Endpoint
-from inferline import capacity, tracing
+from inferline import capacity, timing, tracing
 from inferline.config import environment
 from inferline_envoy import config as envoy_config
 from inferline_envoy import proxyless
@@ -377,6 +377,7 @@ def envoy_params(config: StackConfig) -> envoy_config.EnvoyParams:
         retry_budget_percent=capacity.RETRY_BUDGET_PERCENT,
         min_retry_concurrency=capacity.MIN_RETRY_CONCURRENCY,
         shed=config.shed,
+        server_timing=timing.enabled(),
     )
     if tracing.enabled():  # Envoy's spans go where the services' go, sampled alike
         params = dataclasses.replace(

@@ -64,6 +64,7 @@ async def start(config: Config) -> Batcher:
         max_message_bytes=config.max_message_bytes,
         tls=server_tls(config),
         health_port=health_port(config),
+        timing_as="",  # each request's queue and batch, and the GPU pod's parts
     )
     logger.info(
         "batching for upstream %s: max_batch_size %s, max_queue_delay %.3g ms, "

@@ -22,7 +22,7 @@ from opentelemetry import trace
 from batcher.batching import Request, Response, SplitError, merge, plan, split
 from batcher.metrics import ModelMetrics
 from batcher.queueing import EPSILON, BatchQueue, Entry, QueueFull
-from inferline import tracing
+from inferline import timing, tracing
 from inferline.errors import InferError
 
 logger = logging.getLogger(__name__)
@@ -119,6 +119,8 @@ class Pending:
     future: asyncio.Future[bytes]
     batch: Batch | None = None
     span: trace.Span | None = None  # the caller's span, when tracing is on: its batch links it
+    # Its queue and batch times and what the upstream measured of the batch (inferline.timing)
+    timing: list[timing.Entry] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -192,7 +194,9 @@ class ModelBatcher:
             own = self.pump(entry)
             if own is not None:  # alone and sent at once: call upstream from this task
                 await self._send(own)
-            return await pending.future
+            answer = await pending.future
+            timing.extend(pending.timing)
+            return answer
         except asyncio.CancelledError:
             self._leave(entry)
             raise
@@ -341,12 +345,14 @@ class ModelBatcher:
         self.metrics.batch_requests.observe(len(entries))
         try:
             if len(entries) == 1:  # alone: forward the bytes as they came, answer as it comes
-                answers = [await self._infer(entries[0].payload.raw, timeout)]
+                answer, below = await self._infer(entries[0].payload.raw, timeout)
+                answers = [answer]
             else:
                 merged = merge(
                     [e.payload.request for e in entries], [e.payload.raw for e in entries]
                 )
-                reply = Response.FromString(await self._infer(merged, timeout))
+                answer, below = await self._infer(merged, timeout)
+                reply = Response.FromString(answer)
                 sizes = [e.items for e in entries]
                 parts = split(reply, sizes, [e.payload.request.id for e in entries])
                 answers = [part.SerializeToString() for part in parts]
@@ -375,10 +381,14 @@ class ModelBatcher:
         self.metrics.inflight_limit.set(self.inflight.limit)
         for entry, answer in zip(entries, answers, strict=True):
             if not entry.payload.future.done():
+                queued = (now - entry.arrived) * 1000
+                entry.payload.timing = [("queue", queued), ("batch", took * 1000), *below]
                 entry.payload.future.set_result(answer)
 
-    async def _infer(self, request: bytes, time_left: float) -> bytes:
-        return await self.upstream.infer(request, time_left)
+    async def _infer(self, request: bytes, time_left: float) -> tuple[bytes, list[timing.Entry]]:
+        """The upstream's answer, and what it measured (its server timing) of the batch."""
+        with timing.collecting() as below:  # the batch's own: not a caller's it was spawned from
+            return await self.upstream.infer(request, time_left), below
 
     def _leave(self, entry: Entry[Pending]) -> None:
         """The caller of ``entry`` went away (cancelled, or its deadline ended the call)."""

@@ -14,7 +14,7 @@ import grpc
 from prometheus_client import Counter
 from tritonclient.grpc import service_pb2
 
-from inferline import dial, retry
+from inferline import dial, retry, timing
 from inferline.errors import from_upstream
 
 SERVICE = "inference.GRPCInferenceService"
@@ -52,7 +52,11 @@ class Upstream:
         deadline = time.monotonic() + time_left
 
         async def attempt() -> bytes:
-            return bytes(await self._infer(request, timeout=max(0.0, deadline - time.monotonic())))
+            call = self._infer(request, timeout=max(0.0, deadline - time.monotonic()))
+            answer = bytes(await call)
+            if timing.active():  # the GPU pod's decode and infer
+                timing.absorb(await call.trailing_metadata())
+            return answer
 
         try:
             return await retry.retried(

@@ -134,6 +134,7 @@ async def start(config: Config) -> Middleman:
         max_message_bytes=config.max_message_bytes + capacity.FRAMING_BYTES,
         tls=server_tls(config),
         health_port=health_port(config),
+        timing_as="middleman",
     )
     rest = RestApi(service, config.max_message_bytes)
     try:

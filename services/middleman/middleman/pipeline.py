@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 import grpc
 import numpy as np
@@ -22,7 +22,7 @@ import numpy.typing as npt
 from prometheus_client import Counter
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from inferline import dial, kserve, preprocessing, retry
+from inferline import dial, kserve, preprocessing, retry, timing
 from inferline.errors import InferError, from_upstream, invalid
 from inferline.imaging.decode import DecodeError, Geometry, Limits, check_size, decode_image
 from middleman.classifiers import Classifier
@@ -236,13 +236,18 @@ def retry_counter(upstream: str) -> retry.Count:
 
 
 def _attempt(
-    call: Callable[..., Awaitable[Response]], request: Request, time_left: float
+    call: Callable[..., Any], request: Request, time_left: float
 ) -> Callable[[], Awaitable[Response]]:
-    """One attempt of ``call`` within what is left of ``time_left`` (from now)."""
+    """One attempt of ``call`` within what is left of ``time_left`` (from now); what the hop
+    below measured (its server timing) goes into this request's (:mod:`inferline.timing`)."""
     deadline = time.monotonic() + time_left
 
-    def attempt() -> Awaitable[Response]:
-        return call(request, timeout=max(0.0, deadline - time.monotonic()))
+    async def attempt() -> Response:
+        pending = call(request, timeout=max(0.0, deadline - time.monotonic()))
+        response: Response = await pending
+        if timing.active():
+            timing.absorb(await pending.trailing_metadata())
+        return response
 
     return attempt
 

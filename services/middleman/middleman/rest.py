@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from inferline import kserve_rest as rest
-from inferline import tracing
+from inferline import timing, tracing
 from inferline.errors import InferError, invalid
 from inferline.metrics import Handler, http_metrics
 from middleman.models import VIDEO_MODEL
@@ -74,6 +74,7 @@ class RestApi:
                 *tracing.http_middlewares(HEALTH),
                 too_large(self.max_body_bytes),
                 http_metrics("middleman", HEALTH),
+                *timing.http_middlewares("middleman", HEALTH),
             ],
         )
         add = app.router.add_route

@@ -152,6 +152,7 @@ async def start(config: Config, machine: Machine | None = None) -> Preprocess:
         max_message_bytes=config.max_message_bytes,
         tls=server_tls(config),
         health_port=health_port(config),
+        timing_as="",  # a batch's decode and infer (the GPU pod)
     )
     if pod is not None:
         await server.set_serving(False)  # until its Triton is ready and the ring registered

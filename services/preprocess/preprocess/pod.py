@@ -23,7 +23,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 import grpc
 from tritonclient.grpc import service_pb2
 
-from inferline import kserve, preprocessing, tracing
+from inferline import kserve, preprocessing, timing, tracing
 from inferline.described import VERSION
 from inferline.errors import InferError, from_upstream, grpc_boundary
 from inferline.imaging.video import FrameChunk
@@ -129,9 +129,9 @@ class PodService(PreprocessService):
                     step = {"inferline.images": len(items), "inferline.backend": images.name}
                     with tracing.step("decode", step):
                         decoded = await images.decode(items, out=slot.view(shape))
-                    metrics.DECODE_SECONDS.labels(images.name, "image").observe(
-                        time.perf_counter() - start
-                    )
+                    took = time.perf_counter() - start
+                    metrics.DECODE_SECONDS.labels(images.name, "image").observe(took)
+                    timing.record("decode", took)
                     upstream = service_pb2.ModelInferRequest(
                         model_name=model, model_version=version, id=request.id
                     )
@@ -146,8 +146,10 @@ class PodService(PreprocessService):
                         if time_left is None
                         else max(0.0, time_left - (time.perf_counter() - start))
                     )
+                    inferring = time.perf_counter()
                     with tracing.step("infer", {"inferline.model": model}):
                         response = await self.triton.infer(upstream, slot, left)
+                    timing.record("infer", time.perf_counter() - inferring)
             except NoSlot as exc:
                 metrics.REFUSED.labels("shared_memory").inc()
                 raise InferError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc} (load)") from None

@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 from tritonclient.grpc import service_pb2
 
-from inferline import kserve, preprocessing
+from inferline import kserve, preprocessing, timing
 from inferline.admission import Admission, Overloaded, Ticket
 from inferline.described import VERSION
 from inferline.errors import InferError, grpc_boundary, grpc_stream_boundary, invalid
@@ -121,7 +121,9 @@ class PreprocessService(KServeServicer):
             start = time.perf_counter()
             decoded = await images.decode(items)
         backend = images.name
-        metrics.DECODE_SECONDS.labels(backend, "image").observe(time.perf_counter() - start)
+        took = time.perf_counter() - start
+        metrics.DECODE_SECONDS.labels(backend, "image").observe(took)
+        timing.record("decode", took)
 
         response = service_pb2.ModelInferResponse(
             model_name=MODEL, model_version=VERSION, id=request.id
