@@ -75,6 +75,9 @@ COMPONENT_NEEDS: dict[str, tuple[str, ...]] = {
     "model-store": (),
     "model-store-pvc": (),
     "tensorrt-cache": (),
+    # Spans to an OpenTelemetry Collector, on to your trace backend; Grafana's Tempo data source
+    # with components/monitoring, the collector's policies with components/network-policies.
+    "tracing": (),
 }
 # Where images are decoded: a component each; without one, the base's remote placement (a
 # preprocess pool). in-pod is the overlays' default.
@@ -86,7 +89,7 @@ ALL_BUT_PLACEMENTS = (
     "gpu", "gpu-sharing", "preflight", "gpu-mig", "monitoring", "dcgm-exporter",
     "nvidia-runtime-class", "gke", "autoscaling", "prometheus-adapter", "network-policies",
     "pod-disruption-budgets", "monitoring-operator", "tls", "auth", "edge", "model-store",
-    "tensorrt-cache",
+    "tensorrt-cache", "tracing",
 )  # fmt: skip
 AFTER_PLACEMENT = ("mtls",)  # components that change what the default placement made
 # Components another one includes (its kustomization's `components:`), so in `everything` through

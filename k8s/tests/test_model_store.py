@@ -98,6 +98,13 @@ def environment(
     keys (``secret``) through envFrom."""
     env: dict[str, str] = {}
     for source in spec.get("envFrom", []):
+        if "configMapRef" in source:  # optional: components/tracing's, when it is there
+            ref = source["configMapRef"]
+            assert ref.get("optional") is True, ref
+            named = [o for o in objects if o["kind"] == "ConfigMap"
+                     and o["metadata"]["name"] == ref["name"]]  # fmt: skip
+            env.update(named[0]["data"] if named else {})
+            continue
         assert source["secretRef"] == {"name": "model-store-credentials", "optional": True}
         env.update(secret)
     for variable in spec.get("env", []):

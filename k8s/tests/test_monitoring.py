@@ -93,8 +93,13 @@ def test_grafana_mounts_what_its_provisioning_files_expect() -> None:
     grafana = find(objects, "Deployment", "grafana")["spec"]["template"]["spec"]
     [container] = grafana["containers"]
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    volumes = {v["name"]: v.get("configMap", {}).get("name") for v in grafana["volumes"]}
-    by_configmap = {volumes[name]: path for name, path in mounts.items() if volumes.get(name)}
+    volumes = {  # a volume's ConfigMaps: its own, or a projected volume's
+        v["name"]: [v["configMap"]["name"]] if "configMap" in v
+        else [s["configMap"]["name"] for s in v.get("projected", {}).get("sources", [])
+              if "configMap" in s]
+        for v in grafana["volumes"]
+    }  # fmt: skip
+    by_configmap = {c: path for name, path in mounts.items() for c in volumes.get(name, [])}
     providers = yaml.safe_load(
         configmap_data(objects, "grafana-dashboard-providers")["inferline.yml"]
     )
@@ -102,6 +107,8 @@ def test_grafana_mounts_what_its_provisioning_files_expect() -> None:
     assert by_configmap[dashboards] == providers["providers"][0]["options"]["path"]
     datasources = find(objects, "ConfigMap", "grafana-datasources")["metadata"]["name"]
     assert by_configmap[datasources] == "/etc/grafana/provisioning/datasources"
+    # components/tracing's Tempo data source, beside it when that component is there
+    assert by_configmap["grafana-datasource-tempo"] == "/etc/grafana/provisioning/datasources"
     env = {e["name"]: e.get("value") for e in container["env"]}
     service = find(objects, "Service", "prometheus")
     port = service["spec"]["ports"][0]["port"]

@@ -186,14 +186,20 @@ def test_triton_starts_on_loopback_with_a_fresh_owner_only_token(
     args = triton.spec["args"]
     assert args[:2] == ["sh", "-c"], "a shell in front of the entrypoint's exec"
     remote = container(render("everything/remote"), "triton")
-    # The base's arguments, unchanged, then the in-pod ones.
-    assert args[4:] == remote.spec["args"], "the base's Triton arguments are kept"
+
+    # The base's arguments, unchanged, then the in-pod ones (and components/tracing's, in the
+    # renders that have it, after the base's in either placement).
+    def untraced(argv: list[str]) -> list[str]:
+        return [a for a in argv if not a.startswith("--trace-config=")]
+
+    assert untraced(args[4:]) == untraced(remote.spec["args"]), "the base's arguments are kept"
     argv, token_file = run_triton_start(triton, tmp_path, "first")
     token = token_file.read_text(encoding="utf-8")
     assert re.fullmatch(r"[0-9a-f]{48}", token), token
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
     assert not list(token_file.parent.glob("*.new")), "written atomically, nothing left over"
-    assert argv[: len(remote.spec["args"]) - 1] == remote.spec["args"][1:]
+    base = untraced(remote.spec["args"])
+    assert untraced(argv)[: len(base) - 1] == base[1:]
     assert "--grpc-address=127.0.0.1" in argv
     for flag in ("--grpc-restricted-protocol", "--http-restricted-api"):
         assert f"{flag}={RESTRICTED}:{TOKEN_KEY}={token}" in argv, (flag, argv)
@@ -484,13 +490,16 @@ REMOTE_HOPS = {
     ("prometheus", "preprocess", 9181),
 }  # fmt: skip
 IN_PROCESS_HOPS = {("envoy", "triton", 8001)}
+# components/tracing (in every `everything`): each traced workload's spans to the collector.
+SPANS = {(w, "otel-collector", 4318) for w in ("envoy", "middleman", "batcher", "eds", "triton")}
+REMOTE_SPANS = SPANS | {("preprocess", "otel-collector", 4318)}  # the pool's too
 HOPS = {
-    "everything/remote": COMMON | PROXYLESS_HOP | REMOTE_HOPS,
-    "everything/remote/through-envoy": COMMON | ENVOY_HOP | REMOTE_HOPS,
-    "everything": COMMON | ENVOY_HOP | IN_POD_HOPS,  # with components/mtls
-    "everything/through-envoy": COMMON | ENVOY_HOP | IN_POD_HOPS,
-    "everything/in-process": COMMON | PROXYLESS_HOP | IN_PROCESS_HOPS,
-    "everything/in-process/through-envoy": COMMON | ENVOY_HOP | IN_PROCESS_HOPS,
+    "everything/remote": COMMON | PROXYLESS_HOP | REMOTE_HOPS | REMOTE_SPANS,
+    "everything/remote/through-envoy": COMMON | ENVOY_HOP | REMOTE_HOPS | REMOTE_SPANS,
+    "everything": COMMON | ENVOY_HOP | IN_POD_HOPS | SPANS,  # with components/mtls
+    "everything/through-envoy": COMMON | ENVOY_HOP | IN_POD_HOPS | SPANS,
+    "everything/in-process": COMMON | PROXYLESS_HOP | IN_PROCESS_HOPS | SPANS,
+    "everything/in-process/through-envoy": COMMON | ENVOY_HOP | IN_PROCESS_HOPS | SPANS,
     **{f"overlays/{o}": COMMON | PROXYLESS_HOP | IN_POD_HOPS for o in OVERLAYS},
 }  # fmt: skip
 

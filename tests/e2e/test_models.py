@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inferline_stack.config import StackConfig
 from inferline_testing import media
+from inferline_testing.waits import wait_for_state
 
 pytestmark = pytest.mark.e2e
 
@@ -77,6 +78,12 @@ async def test_both_models_classify_at_once_under_load_in_batches_of_one_model(
         assert all(set(top) & set(media.CAT_CLASSES) for top in cats), (model, cats)
         assert all(set(top) & set(COFFEE_CLASSES) for top in coffees), (model, coffees)
     sent = WORKERS * REQUESTS * len(images)
+
+    def counted() -> bool:  # Triton counts a request once it has released it: after answering
+        now = triton_inferences(stack)
+        return all(now[m] - inferred[m] >= sent for m in (LITE0, LITE2))
+
+    await wait_for_state(counted, 30, f"Triton's count of {sent} inferences of each model")
     now = triton_inferences(stack)
     # Every image reached the model it was sent to, none the other one (a mixed batch would
     # also fail outright: 224 and 260 px tensors do not stack).
