@@ -21,7 +21,8 @@
 
 Each placement runs twice, its inner hops dialled proxyless (the default) and through Envoy
 (``_envoy``); the default arrangement runs with tracing on too, at the default sampling ratio
-and with every request sampled (``simulated_1_traced``, ``_traced_all``).
+and with every request sampled (``simulated_1_traced``, ``_traced_all``), and without per-hop
+timing in its answers (``simulated_1_untimed``).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from rich.table import Table
 
 from bench.benchlib import ROOT, demo_client, local_stack, run_main, write_result
 from demo_client.samples import build_samples
-from inferline import tracing
+from inferline import timing, tracing
 from inferline.imaging.decode import Geometry, Limits, decode_image
 from inferline_envoy import admin as envoy_admin
 from inferline_stack.config import (
@@ -96,6 +97,7 @@ class Scenario:
     # Tracing: off (None), or on with this share of requests sampled, every process exporting
     # over OTLP to a receiver in this benchmark's process (its CPU is not the pipeline's)
     sampled: float | None = None
+    timed: bool = True  # per-hop timing in every answer (INFERLINE_SERVER_TIMING)
 
 
 # How the inner hops are dialled: the default (middleman to the batchers proxyless), and every
@@ -140,6 +142,15 @@ def _traced() -> tuple[Scenario, ...]:
 SCENARIOS = (
     *_placements(),
     *_traced(),
+    # What per-hop timing in every answer costs: the default arrangement without it.
+    Scenario(
+        "simulated_1_untimed",
+        "in-pod, simulated GPU, conc 32, 1 image(s)/request, no per-hop timing",
+        "simulated_gpu",
+        32,
+        1,
+        timed=False,
+    ),
     Scenario("real_1", "in-pod, real model, conc 16, 1 image/request", "efficientnet_lite0", 16, 1),
     # The public endpoint's other transport: KServe v2 REST with binary tensors (tritonclient.http).
     Scenario(
@@ -268,6 +279,16 @@ def traced(sampled: float | None) -> Iterator[None]:
 
 
 @contextmanager
+def timed(on: bool) -> Iterator[None]:
+    """The stack's environment for per-hop timing: as it is (on), or off in every process."""
+    if on:
+        yield
+        return
+    with mock.patch.dict(os.environ, {timing.ENV: "false"}):
+        yield
+
+
+@contextmanager
 def stack(model: str, **overrides: Any) -> Iterator[StackConfig]:
     """The default stack (no Prometheus: it is not on the inference path) serving ``model``."""
     with (
@@ -294,6 +315,7 @@ def scenarios(chosen: tuple[Scenario, ...], duration_s: float, **overrides: Any)
         with (
             console.status(status),
             traced(scenario.sampled),
+            timed(scenario.timed),
             stack(scenario.model, **settings, **overrides) as config,
         ):
             result = measure(

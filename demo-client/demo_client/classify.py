@@ -1,6 +1,6 @@
-"""Top-k labels of images, through Triton's classification extension: of single files
-(``python -m demo_client classify``), and of some of a load's requests (the web view's recent
-images)."""
+"""Top-k labels of images, through Triton's classification extension: how an answer's entries
+read (single files: ``python -m demo_client classify``, :mod:`demo_client.timed`), and of some of
+a load's requests (the web view's recent images)."""
 
 from __future__ import annotations
 
@@ -35,27 +35,6 @@ def parse_entry(entry: bytes | str) -> Prediction:
         raise ValueError(f"not a classification result: {text!r}")
     label = parts[2] if len(parts) == 3 else ""
     return Prediction(score=float(parts[0]), index=int(parts[1]), label=label)
-
-
-async def classify(
-    client: Any,
-    model: str,
-    image: bytes,
-    k: int = 5,
-    timeout_s: float = 10.0,
-    transport: Transport = GRPC,
-) -> list[Prediction]:
-    """The top ``k`` classes of one encoded image, best first."""
-    result = await client.infer(
-        model,
-        make_inputs([image], transport),
-        outputs=[transport.requested_output(OUTPUT_NAME, class_count=k)],
-        client_timeout=timeout_s,
-    )
-    entries = result.as_numpy(OUTPUT_NAME)
-    if entries is None or entries.ndim != 2 or entries.shape[0] != 1:
-        raise ValueError(f"unexpected {OUTPUT_NAME} in the response")
-    return [parse_entry(e) for e in entries[0]]
 
 
 def format_prediction(p: Prediction) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from typing import Any
 
@@ -12,7 +13,6 @@ from tritonclient.utils import InferenceServerException
 
 from demo_client.classify import (
     Prediction,
-    classify,
     format_prediction,
     labelled_requests,
     parse_entry,
@@ -29,6 +29,7 @@ from demo_client.load import (
     tensor_requests,
 )
 from demo_client.stats import Recorder
+from demo_client.timed import TimedClassifier, parse_timing
 from demo_client.transports import GRPC, HTTP
 from inferline_testing.waits import wait_for_state
 
@@ -251,10 +252,13 @@ async def test_unknown_model_fails_every_request(target: str) -> None:
 
 
 async def test_classify_returns_top_k_best_first(target: str) -> None:
-    async with open_clients(target) as clients:
-        top = await classify(clients[0], "classifier", b"img-0", k=5)
+    timed = TimedClassifier(target, "grpc")
+    async with contextlib.aclosing(timed):
+        answer = await timed.classify("classifier", b"img-0", 5, 10)
         with pytest.raises(InferenceServerException):
-            await classify(clients[0], "classifier", BAD, k=5)
+            await timed.classify("classifier", BAD, 5, 10)
+    top = answer.predictions
+    assert answer.timing == {}  # the fake sends none
     assert len(top) == 5
     assert [p.score for p in top] == sorted((p.score for p in top), reverse=True)
     assert top[0].label == f"class {top[0].index}"
@@ -334,3 +338,11 @@ def test_labelled_requests_ask_one_request_per_interval_for_labels() -> None:
     assert len(seen) == 2
     with pytest.raises(ValueError, match="every_s"):
         labelled_requests([b"a"], 1, lambda i, p: None, every_s=0)
+
+
+def test_server_timing_reads_as_the_pipelines_hops_in_order() -> None:
+    values = ["envoy;dur=33", "queue;dur=2.3, middleman;dur=32.4, batch;dur=28, x;desc=1, y;dur=?"]
+    timing = parse_timing(values)
+    assert list(timing.items()) == [
+        ("envoy", 33.0), ("middleman", 32.4), ("queue", 2.3), ("batch", 28.0),
+    ]  # fmt: skip

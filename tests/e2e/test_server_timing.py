@@ -3,6 +3,11 @@ front door, middleman, the batcher dialled proxyless, the GPU pod and its Triton
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import aiohttp
 import grpc
 import numpy as np
@@ -66,3 +71,19 @@ async def test_a_rest_answer_has_a_server_timing_header(stack: StackConfig) -> N
         values = answer.headers.getall("Server-Timing")
     entries = [e for value in values for e in timing.parse(value)]
     assert_each_hop_once_within_the_whole(entries)
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_the_demo_clients_classify_prints_where_the_time_went(
+    stack: StackConfig, protocol: str, tmp_path: Path
+) -> None:
+    cat = tmp_path / "cat.jpg"
+    cat.write_bytes(media.cat_jpeg())
+    target = f"127.0.0.1:{stack.public_port}"
+    command = [sys.executable, "-m", "demo_client", "classify", "--target", target,
+               "--protocol", protocol, str(cat)]  # fmt: skip
+    run = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 0, run.stderr
+    [line] = [line for line in run.stdout.splitlines() if line.startswith("  time: ")]
+    hops = re.findall(r"(\w+) [\d.]+ ms", line)
+    assert hops == HOPS, line  # in the pipeline's order

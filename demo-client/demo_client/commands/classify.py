@@ -1,9 +1,10 @@
-"""``python -m demo_client classify FILE...``: print the top classes of each file (or one JSON
-object with all of them)."""
+"""``python -m demo_client classify FILE...``: print the top classes of each file and where its
+answer's time went, hop by hop (or one JSON object with the classes of all of them)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 from tritonclient.utils import InferenceServerException
 
 from demo_client.argtypes import positive_int
-from demo_client.classify import classify, format_prediction
+from demo_client.classify import format_prediction
 from demo_client.client import describe, open_clients
 from demo_client.commands.common import (
     EXIT_FAILED,
@@ -23,6 +24,7 @@ from demo_client.commands.common import (
     error,
     wait_until_ready,
 )
+from demo_client.timed import TimedClassifier, format_timing
 from demo_client.transports import TRANSPORTS
 
 DEFAULT_MODEL = "classifier"
@@ -42,19 +44,22 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    """Print the top-k classes of each file (or one JSON object with all of them); a file that
-    cannot be read or classified is named on stderr and fails the run, not the others."""
+    """Print the top-k classes of each file and its answer's per-hop timing (or one JSON object
+    with the classes of all of them); a file that cannot be read or classified is named on
+    stderr and fails the run, not the others."""
     failed = 0
     results: dict[str, object] = {}
-    transport = TRANSPORTS[args.protocol]
-    async with open_clients(
-        args.target, transport=transport, tls=client_tls(args), token=args.token
-    ) as clients:
+    transport, tls = TRANSPORTS[args.protocol], client_tls(args)
+    timed = TimedClassifier(args.target, args.protocol, tls, args.token)
+    async with (
+        open_clients(args.target, transport=transport, tls=tls, token=args.token) as clients,
+        contextlib.aclosing(timed),
+    ):
         await wait_until_ready(clients[0], args, None)
         for path in args.files:
             try:
-                predictions = await classify(
-                    clients[0], args.model, path.read_bytes(), args.top_k, args.timeout, transport
+                answer = await timed.classify(
+                    args.model, path.read_bytes(), args.top_k, args.timeout
                 )
             except OSError as exc:
                 error(f"cannot read {path}: {exc.strerror or exc}")
@@ -69,11 +74,13 @@ async def run(args: argparse.Namespace) -> int:
                 failed += 1
                 continue
             if args.json:
-                results[str(path)] = [asdict(p) for p in predictions]
+                results[str(path)] = [asdict(p) for p in answer.predictions]
             else:
                 print(path)
-                for p in predictions:
+                for p in answer.predictions:
                     print(f"  {format_prediction(p)}")
+                if answer.timing:  # what the answer said of where its time went
+                    print(f"  time: {format_timing(answer.timing)}")
     if args.json:
         print(json.dumps(results))
     return EXIT_FAILED if failed else EXIT_OK
