@@ -12,10 +12,12 @@ What the runner maps from a pod template (:mod:`tools.pods.spec`, pure):
   command), ``$(VAR)`` expanded from the container's environment as the kubelet does;
 - ``env`` (``value``; ``valueFrom`` ``fieldRef`` for the pod's name, namespace, IP, labels,
   annotations, node and service account; ``resourceFieldRef``; ``configMapKeyRef`` and
-  ``secretKeyRef`` from the render) and ``envFrom``;
+  ``secretKeyRef`` from the render) and ``envFrom``, an ``optional`` reference to what is not
+  rendered left out as the kubelet leaves it;
 - volumes: ``emptyDir`` (a podman volume, mode 0777 as the kubelet makes it; ``medium: Memory``
   a tmpfs of its ``sizeLimit``, e.g. the GPU pod's shared ``/dev/shm``), ``configMap`` and
-  ``secret`` (files from the render, read-only; ``items``, ``defaultMode``, ``subPath``);
+  ``secret`` (files from the render, read-only; ``items``, ``defaultMode``, ``subPath``), and
+  ``projected`` ones of those;
 - the security context: ``runAsUser``/``runAsGroup`` (the image's user otherwise),
   ``runAsNonRoot`` (refused, as the kubelet refuses, when the user would be root or is not
   numeric), ``fsGroup``/``supplementalGroups`` as extra groups, ``readOnlyRootFilesystem``,

@@ -216,10 +216,16 @@ class Manifests:
     def services(self) -> dict[str, Obj]:
         return self.of_kind("Service")
 
-    def data(self, kind: str, name: str, where: str, binary: bool = True) -> dict[str, bytes]:
+    def data(
+        self, kind: str, name: str, where: str, binary: bool = True, optional: bool = False
+    ) -> dict[str, bytes]:
         """A ConfigMap's or Secret's keys and contents; a ConfigMap's ``binaryData`` too
-        (volumes), or not (``binary=False``: environment variables take ``data`` only)."""
+        (volumes), or not (``binary=False``: environment variables take ``data`` only). One
+        that is not in the render is an error, or nothing when the reference is ``optional``
+        (as the kubelet has it)."""
         found = self.of_kind(kind).get(name)
+        if found is None and optional:
+            return {}
         if found is None:
             raise SpecError(f"{where}: {kind} {name!r} is not in the render")
         data = found.get("data") or {}
@@ -286,23 +292,36 @@ class Manifests:
             size = parse_memory(empty["sizeLimit"]) if empty.get("sizeLimit") else None
             kind = "memory" if empty.get("medium") == "Memory" else "emptyDir"
             return Volume(name, kind, size)
+        if "projected" in spec:  # its sources' files in one folder
+            projected = spec["projected"]
+            mode = int(projected.get("defaultMode", 0o644))
+            files: dict[str, tuple[bytes, int]] = {}
+            for source in projected.get("sources") or []:
+                files |= self.files(source, where, mode)
+            return Volume(name, "files", files=files)
+        if "configMap" in spec or "secret" in spec:
+            return Volume(name, "files", files=self.files(spec, where, 0o644))
+        raise SpecError(f"{where}: only emptyDir, configMap, secret and projected volumes run here")
+
+    def files(self, spec: Obj, where: str, mode: int) -> dict[str, tuple[bytes, int]]:
+        """The files of a configMap or secret volume (or projected volume's source)."""
         for kind, key in (("ConfigMap", "configMap"), ("Secret", "secret")):
             if key not in spec:
                 continue
             source = spec[key]
             ref = str(source.get("name") or source.get("secretName"))
-            data = self.data(kind, ref, where)
-            mode = int(source.get("defaultMode", 0o644))
+            data = self.data(kind, ref, where, optional=bool(source.get("optional")))
+            mode = int(source.get("defaultMode", mode))
             items = source.get("items")
             if items is None:
-                return Volume(name, "files", files={k: (v, mode) for k, v in data.items()})
+                return {k: (v, mode) for k, v in data.items()}
             files = {}
             for item in items:
                 if item["key"] not in data:
                     raise SpecError(f"{where}: {kind} {ref} has no key {item['key']!r}")
                 files[str(item["path"])] = (data[item["key"]], int(item.get("mode", mode)))
-            return Volume(name, "files", files=files)
-        raise SpecError(f"{where}: only emptyDir, configMap and secret volumes run here")
+            return files
+        raise SpecError(f"{where}: a projected volume's sources must be configMaps or secrets")
 
 
 def container(spec: Obj, where: str, init: bool = False) -> Container:
@@ -369,7 +388,9 @@ def environment(container: Container, downward: Downward, manifests: Manifests) 
     for source in container.spec.get("envFrom") or []:
         for kind, key in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
             if key in source:
-                data = manifests.data(kind, source[key]["name"], where, binary=False)
+                ref = source[key]
+                optional = bool(ref.get("optional"))
+                data = manifests.data(kind, ref["name"], where, binary=False, optional=optional)
                 prefix = str(source.get("prefix", ""))
                 env |= {prefix + k: v.decode() for k, v in data.items()}
     for entry in container.spec.get("env") or []:
@@ -386,10 +407,12 @@ def environment(container: Container, downward: Downward, manifests: Manifests) 
             for kind, key in (("ConfigMap", "configMapKeyRef"), ("Secret", "secretKeyRef")):
                 if key in source:
                     ref = source[key]
-                    data = manifests.data(kind, ref["name"], where, binary=False)
-                    if ref["key"] not in data:
+                    optional = bool(ref.get("optional"))
+                    data = manifests.data(kind, ref["name"], where, binary=False, optional=optional)
+                    if ref["key"] in data:
+                        env[name] = data[ref["key"]].decode()
+                    elif not optional:
                         raise SpecError(f"{where}: {kind} {ref['name']} has no key {ref['key']}")
-                    env[name] = data[ref["key"]].decode()
                     break
             else:
                 raise SpecError(f"{where}: env {name}: valueFrom {sorted(source)} is not known")

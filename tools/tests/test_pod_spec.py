@@ -494,7 +494,7 @@ def test_a_volume_of_an_object_not_in_the_render_is_a_spec_error() -> None:
 
 def test_volumes_of_other_kinds_are_refused() -> None:
     volume = {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}
-    with pytest.raises(SpecError, match="only emptyDir, configMap and secret volumes"):
+    with pytest.raises(SpecError, match="only emptyDir, configMap, secret and projected volumes"):
         files_pod([volume])
 
 
@@ -597,3 +597,54 @@ def test_pods_are_replicas_of_one_template() -> None:
     assert pod.weight == "1"
     weighted = dataclasses.replace(pod, annotations={spec.WEIGHT_ANNOTATION: "4"})
     assert weighted.weight == "4"
+
+
+def test_optional_references_to_what_is_not_rendered_are_left_out_as_the_kubelet_does() -> None:
+    # components/tracing's ConfigMaps: every service reads them as optional.
+    def config_map(name: str, data: dict[str, str]) -> dict[str, Any]:
+        return {"kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+
+    container = {
+        "name": "app",
+        "image": "example/app:1",
+        "envFrom": [
+            {"configMapRef": {"name": "tracing", "optional": True}},
+            {"configMapRef": {"name": "base"}},
+        ],
+        "env": [
+            {"name": "TEMPO_URL", "valueFrom": {"configMapKeyRef": {
+                "name": "tracing-backend", "key": "query_url", "optional": True}}},
+            {"name": "MISSING_KEY", "valueFrom": {"configMapKeyRef": {
+                "name": "base", "key": "nope", "optional": True}}},
+        ],
+    }  # fmt: skip
+    volume = {"name": "datasources", "projected": {"sources": [
+        {"configMap": {"name": "base"}},
+        {"configMap": {"name": "grafana-datasource-tempo", "optional": True}},
+    ]}}  # fmt: skip
+    deployment = {
+        "kind": "Deployment",
+        "metadata": {"name": "app"},
+        "spec": {"template": {"metadata": {"labels": {"app": "app"}},
+                              "spec": {"containers": [container], "volumes": [volume]}}},
+    }  # fmt: skip
+    manifests = Manifests([deployment, config_map("base", {"A": "1", "prometheus.yml": "x"})])
+    pod = manifests.pod("app", 0)
+    env = spec.environment(pod.containers[0], Downward(pod, "10.88.0.7"), manifests)
+    assert env == {"A": "1", "prometheus.yml": "x"}  # nothing of the absent or the missing key
+    [files] = [v for v in pod.volumes if v.name == "datasources"]
+    assert set(files.files) == {"A", "prometheus.yml"}
+    # With the optional ones rendered, both are read, the projected volume's files merged.
+    traced = Manifests([
+        deployment, config_map("base", {"A": "1"}), config_map("tracing", {"OTEL": "on"}),
+        config_map("tracing-backend", {"query_url": "http://tempo"}),
+        config_map("grafana-datasource-tempo", {"tempo.yml": "t"}),
+    ])  # fmt: skip
+    pod = traced.pod("app", 0)
+    env = spec.environment(pod.containers[0], Downward(pod, "10.88.0.7"), traced)
+    assert env == {"OTEL": "on", "A": "1", "TEMPO_URL": "http://tempo"}
+    [files] = [v for v in pod.volumes if v.name == "datasources"]
+    assert set(files.files) == {"A", "tempo.yml"}
+    # What is not optional still must be there.
+    with pytest.raises(SpecError, match="ConfigMap 'base' is not in the render"):
+        Manifests([deployment]).pod("app", 0)
