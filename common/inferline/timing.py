@@ -8,9 +8,10 @@ header (REST): ``middleman;dur=9.10, queue;dur=0.41, batch;dur=8.02, decode;dur=
 infer;dur=5.12`` (milliseconds).
 
 A call collects into its own list (:func:`collecting`, a context variable: the servers'
-:class:`ServerTiming` interceptor and :func:`http_middleware` open one per call); the code
-beneath :func:`record` s into it and :func:`absorb` s what the calls it makes answered. Outside a
-collecting call, both do nothing. ``INFERLINE_SERVER_TIMING=false`` turns it off in a process.
+:class:`ServerTiming` interceptor and the middleware of :func:`http_middlewares` open one per
+call); the code beneath :func:`record` s into it and :func:`absorb` s what the calls it makes
+answered. Outside a collecting call, both do nothing. ``INFERLINE_SERVER_TIMING=false`` turns
+it off in a process.
 """
 
 from __future__ import annotations

@@ -240,7 +240,8 @@ class ClassifierService(KServeServicer):
             # A video's frames are not known before it is opened: it counts against the hard
             # bounds (one request, the bytes it holds here), not the throughput estimate.
             held = len(video) if isinstance(video, bytes) else 0
-            upload = {"inferline.video.chunked": not held, "inferline.request.id": request.id}
+            in_chunks = not isinstance(video, bytes)
+            upload = {"inferline.video.chunked": in_chunks, "inferline.request.id": request.id}
             with self.admitted(VIDEO_MODEL, 0, held, budget), tracing.step("video", upload) as span:
                 labels = self.classifiers.default.labels
                 params = kserve.parameters(request)
