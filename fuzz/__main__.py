@@ -11,23 +11,30 @@ from fuzz.targets import TARGETS
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # What follows `--` is libFuzzer's, wherever the command's own flags are (argparse would
+    # take a positional after the target as the target's, and refuse `run NAME --seconds N --`).
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(prog="python -m fuzz", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("list", help="the targets and what each fuzzes")
-    one = commands.add_parser("run", help="fuzz one target for a bounded time")
+    more = "more libFuzzer flags after --, e.g. -- -seed=1"
+    one = commands.add_parser("run", help="fuzz one target for a bounded time", epilog=more)
     one.add_argument("target", choices=sorted(TARGETS))
-    every = commands.add_parser("all", help="fuzz every target in turn, each for --seconds")
+    every = commands.add_parser(
+        "all", help="fuzz every target in turn, each for --seconds", epilog=more
+    )
     for sub in (one, every):
         sub.add_argument("--seconds", type=int, default=60, help="fuzzing time per target")
         sub.add_argument("--workdir", type=Path, default=runner.WORKDIR)
         sub.add_argument("--verbose", action="store_true", help="show libFuzzer's output")
-        sub.add_argument(
-            "libfuzzer", nargs="*", help="more libFuzzer flags after --, e.g. -- -seed=1"
-        )
     again = commands.add_parser("reproduce", help="run a target once on each input file")
     again.add_argument("target", choices=sorted(TARGETS))
     again.add_argument("files", nargs="+", type=Path)
     args = parser.parse_args(argv)
+    if extra and args.command not in ("run", "all"):
+        parser.error(f"libFuzzer flags after -- go with run or all, not {args.command}")
 
     if args.command == "list":
         for target in TARGETS.values():
@@ -49,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for name in names:
         print(f"fuzz {name}: {args.seconds} s ({TARGETS[name].summary})", flush=True)
-        result = runner.run(name, args.seconds, args.workdir, args.libfuzzer, args.verbose)
+        result = runner.run(name, args.seconds, args.workdir, extra, args.verbose)
         results.append(result)
         if not result.ok and result.log is not None and not args.verbose:
             print(tail(result.log), end="")

@@ -88,6 +88,29 @@ def test_a_skipped_target_is_reported_as_skipped_and_fails_under_the_switch(
     assert not runner.Result("t", returncode=0, skipped="x is gone").ok
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "rest", "--seconds", "1", "--", "-seed=7", "-runs=3"],
+        ["run", "--seconds", "1", "rest", "--", "-seed=7", "-runs=3"],
+    ],
+)
+def test_libfuzzer_flags_follow_two_dashes_wherever_the_target_is(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[list[str]] = []
+
+    def run(
+        name: str, seconds: int, workdir: Path, flags: list[str], verbose: bool
+    ) -> runner.Result:
+        seen.append(flags)
+        return runner.Result(name, returncode=0)
+
+    monkeypatch.setattr(runner, "run", run)
+    assert fuzz_cli.main(argv) == 0
+    assert seen == [["-seed=7", "-runs=3"]]
+
+
 def test_dictionary_tokens_are_escaped(tmp_path: Path) -> None:
     target = TARGETS["rest"]
     path = tmp_path / "tokens.dict"
