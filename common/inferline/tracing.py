@@ -84,6 +84,16 @@ def traces_endpoint(environ: Mapping[str, str] = os.environ) -> str:
     return base if protocol(environ) == "grpc" else base.rstrip("/") + "/v1/traces"
 
 
+def export_headers(environ: Mapping[str, str] = os.environ) -> str:
+    """The headers every export carries, as the environment writes them (``key=value,...``):
+    for what exports without this SDK (Envoy; Triton reads the variables itself)."""
+    return (
+        environ.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS")
+        or environ.get("OTEL_EXPORTER_OTLP_HEADERS")
+        or ""
+    ).strip()
+
+
 def sampling_ratio(environ: Mapping[str, str] = os.environ) -> float:
     """The share of requests without a caller's decision that are traced, read from
     ``OTEL_TRACES_SAMPLER`` / ``_ARG`` as the SDK reads them (:data:`DEFAULT_RATIO` when unset):

@@ -299,3 +299,10 @@ async def test_a_sampled_only_channel_passes_on_a_sampled_context_and_no_other(
     [passed, withheld] = seen
     assert passed is not None and passed.split("-")[1] == TRACE_ID and passed.endswith("-01")
     assert withheld is None
+
+
+def test_the_export_headers_passed_to_envoy_are_the_environments() -> None:
+    assert tracing.export_headers({}) == ""
+    both = {"OTEL_EXPORTER_OTLP_HEADERS": "a=1", "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "b=2"}
+    assert tracing.export_headers(both) == "b=2"  # the traces' own first, as the SDK reads them
+    assert tracing.export_headers({"OTEL_EXPORTER_OTLP_HEADERS": " a=1 "}) == "a=1"

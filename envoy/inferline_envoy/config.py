@@ -150,6 +150,9 @@ class EnvoyParams:
     # stack passes its own), one with one keeps its caller's decision.
     otlp_endpoint: str = ""
     otlp_protocol: str = "http/protobuf"
+    # Headers every export carries (a backend's API key, or which project it files spans
+    # under), as OTEL_EXPORTER_OTLP_HEADERS writes them: key=value,key2=value2 (URL-encoded).
+    otlp_headers: str = ""
     # Envoy's share of each answer's per-hop timing, added by the public listener.
     server_timing: bool = True
     trace_sampling_percent: float = 1.0
@@ -190,6 +193,7 @@ class EnvoyParams:
             raise ValueError("trace_sampling_percent must be within 0-100")
         if self.otlp_endpoint:
             self.otlp_address  # noqa: B018 -- checks the URL
+        self.export_headers  # noqa: B018 -- checks them
         files = (self.upstream_tls_cert, self.upstream_tls_key, self.upstream_tls_ca)
         if (self.tls_clusters or self.xds_tls) and not all(files):
             raise ValueError(
@@ -205,6 +209,17 @@ class EnvoyParams:
     def retry_on(self, cluster: str) -> str:
         """What a request to ``cluster`` is retried on (see RETRY_ON_HOP)."""
         return RETRY_ON_LEAF if cluster in split_names(self.leaf_clusters) else RETRY_ON_HOP
+
+    @property
+    def export_headers(self) -> tuple[tuple[str, str], ...]:
+        """``otlp_headers`` as (key, value) pairs."""
+        pairs = []
+        for item in split_names(self.otlp_headers):
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ValueError(f"otlp_headers: expected key=value, got {item!r}")
+            pairs.append((urllib.parse.unquote(key.strip()).lower(), urllib.parse.unquote(value)))
+        return tuple(pairs)
 
     @property
     def otlp_address(self) -> tuple[str, int]:
@@ -363,7 +378,9 @@ def render(params: EnvoyParams = LOCAL, template: Path | None = None) -> dict[st
     if params.auth_jwks_file:  # first: a request without a good token counts for nothing
         public["http_filters"].insert(0, authentication(shapes, values, params))
     if params.otlp_endpoint:
-        clusters.append(traced(listeners, shapes, values, params.otlp_protocol))
+        clusters.append(
+            traced(listeners, shapes, values, params.otlp_protocol, params.export_headers)
+        )
     if params.probe_port:
         listeners.append(substitute(shapes["probe_listener"], values))
         clusters.append(substitute(shapes["probe_cluster"], values))
@@ -378,16 +395,22 @@ def traced(
     shapes: Mapping[str, Any],
     values: Mapping[str, Any],
     protocol: str,
+    headers: Sequence[tuple[str, str]] = (),
 ) -> dict[str, Any]:
-    """Tracing on every listener's connection manager, reporting over OTLP ``protocol``; the
-    collector's cluster, for the bootstrap to add."""
+    """Tracing on every listener's connection manager, reporting over OTLP ``protocol`` with
+    ``headers`` on every export; the collector's cluster, for the bootstrap to add."""
     service = "tracing_grpc_service" if protocol == "grpc" else "tracing_http_service"
     for listener in listeners:
         manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
         tracing = substitute(shapes["tracing"], values)
-        tracing["provider"]["typed_config"][service[len("tracing_") :]] = substitute(
-            shapes[service], values
-        )
+        reaching = substitute(shapes[service], values)
+        if headers and protocol == "grpc":
+            reaching["initial_metadata"] = [{"key": k, "value": v} for k, v in headers]
+        elif headers:
+            reaching["request_headers_to_add"] = [
+                {"header": {"key": k, "value": v}} for k, v in headers
+            ]
+        tracing["provider"]["typed_config"][service[len("tracing_") :]] = reaching
         manager["tracing"] = tracing
     cluster: dict[str, Any] = substitute(shapes["otlp_cluster"], values)
     if protocol == "grpc":

@@ -271,6 +271,7 @@ def test_the_template_uses_every_parameter() -> None:
         ({"otlp_endpoint": "collector:4317"}, "must be an http:// URL"),
         ({"otlp_protocol": "http/json"}, "otlp_protocol must be one of"),
         ({"trace_sampling_percent": 101.0}, "within 0-100"),
+        ({"otlp_headers": "x-api-key"}, "otlp_headers: expected key=value"),
     ],
 )
 def test_bad_parameters_are_refused(changes: dict[str, Any], message: str) -> None:
@@ -448,3 +449,26 @@ def test_without_an_otlp_endpoint_nothing_is_traced() -> None:
     assert "tracing" not in str(config) and "otlp" not in by_name(
         config["static_resources"]["clusters"]
     )
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_every_export_carries_the_headers_the_environment_gives(protocol: str) -> None:
+    # OTEL_EXPORTER_OTLP_HEADERS' form: a backend's key, or the project spans are filed under.
+    params = dataclasses.replace(
+        ec.LOCAL,
+        otlp_endpoint="http://127.0.0.1:4318/v1/traces",
+        otlp_protocol=protocol,
+        otlp_headers="x-mlflow-experiment-id=0, Authorization=Bearer%20a%3Db",
+    )
+    config = ec.render(params)
+    ok, output = ec.validate(config)
+    assert ok, output
+    manager = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+    reaching = manager["typed_config"]["tracing"]["provider"]["typed_config"]
+    wanted = [("x-mlflow-experiment-id", "0"), ("authorization", "Bearer a=b")]
+    if protocol == "grpc":
+        sent = [(m["key"], m["value"]) for m in reaching["grpc_service"]["initial_metadata"]]
+    else:
+        added = reaching["http_service"]["request_headers_to_add"]
+        sent = [(h["header"]["key"], h["header"]["value"]) for h in added]
+    assert sent == wanted

@@ -384,6 +384,7 @@ def envoy_params(config: StackConfig) -> envoy_config.EnvoyParams:
             params,
             otlp_endpoint=tracing.traces_endpoint(),
             otlp_protocol=tracing.protocol(),
+            otlp_headers=tracing.export_headers(),
             trace_sampling_percent=100 * tracing.sampling_ratio(),
         )
     if config.auth:

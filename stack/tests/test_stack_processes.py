@@ -11,11 +11,12 @@ from eds.cache import Endpoint
 from eds.sources import endpoints_file
 from inferline_stack import replicas, services
 from inferline_stack.__main__ import main
+from inferline_stack.config import MAX_REPLICAS, PORT_FIELDS, REPLICA_PORT_FIELDS
 from inferline_stack.processes import ProcessTable, group_alive
 from inferline_stack.scale import scale
 from inferline_stack.stack import down
 from inferline_stack.status import status
-from inferline_testing.ports import config_on_free_ports
+from inferline_testing.ports import config_on_free_ports, ephemeral_floor
 from inferline_testing.waits import wait_until
 
 # A leader that exits on SIGTERM and leaves a child behind in its process group, which ignores
@@ -102,3 +103,18 @@ def test_dead_replicas_leave_the_endpoints_file(tmp_path: Path) -> None:
         )
     finally:
         table.stop_all(table.names(), 1.0)
+
+
+def test_a_test_stacks_ports_lie_below_the_ephemeral_range_and_differ(tmp_path: Path) -> None:
+    # A replica started later binds then: a port an outgoing connection may take by then (the
+    # kernel's ephemeral range) would fail it ("address already in use", seen in CI).
+    config = config_on_free_ports(tmp_path)
+    ports = [
+        port
+        for service, names in REPLICA_PORT_FIELDS.items()
+        for index in range(MAX_REPLICAS)
+        for port in config.replica_ports(service, index)
+    ] + [getattr(config, name) for name in PORT_FIELDS]
+    replica_ports = set(ports[: -len(PORT_FIELDS)])
+    assert max(ports) < ephemeral_floor()
+    assert len(replica_ports) == len(ports) - len(PORT_FIELDS)  # no two replicas share one

@@ -52,6 +52,9 @@ class Received:
 class Receiver:
     def __init__(self) -> None:
         self.spans: list[Received] = []
+        # Each export's services and the value of the header a test asked them to send
+        self.exports: list[tuple[frozenset[str], str | None]] = []
+        self.header = "x-inferline-test"
 
     def of_trace(self, trace_id: str) -> list[Received]:
         return [r for r in self.spans if r.trace_id == trace_id]
@@ -64,6 +67,7 @@ class Receiver:
             export = from_json(body)
         else:
             export = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+        services = set()
         for resource_spans in export.resource_spans:
             service = next(
                 (
@@ -73,8 +77,10 @@ class Receiver:
                 ),
                 "",
             )
+            services.add(service)
             for scope_spans in resource_spans.scope_spans:
                 self.spans.extend(Received(service, span) for span in scope_spans.spans)
+        self.exports.append((frozenset(services), request.headers.get(self.header)))
         answer = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
         return web.Response(body=answer, content_type="application/x-protobuf")
 

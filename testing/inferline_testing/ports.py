@@ -1,12 +1,16 @@
 """A :class:`StackConfig` on free ports, for tests and benchmarks that run beside a user's stack.
 
 Each port setting gets a free port; a replica's base port gets one whose whole series
-(base + step · i for every replica the stack allows) is free, so scaling works too.
+(base + step · i for every replica the stack allows) is free, so scaling works too. The stack's
+ports lie below the kernel's ephemeral range: a replica started minutes later binds its series
+then, and a port of that range free at the start may meanwhile be an outgoing connection's (a
+GPU pod scaled up under load failed to bind its preprocess so: "address already in use").
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 import socket
 from pathlib import Path
 from typing import Any
@@ -57,13 +61,27 @@ def bindable(port: int) -> bool:
     return True
 
 
+LOWEST = 10000  # below: the well-known services' and the stack's own defaults (8080, 9090, ...)
+
+
+def ephemeral_floor() -> int:
+    """The first port the kernel gives outgoing connections (Linux's ip_local_port_range)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_series(step: int, count: int, taken: set[int]) -> int:
-    """A free base port whose series base + step · i (i < count) is free and not ``taken``."""
+    """A base port whose series base + step · i (i < count) is free, not ``taken`` nor handed
+    out before, and below the ephemeral range (so it stays free while the stack runs)."""
+    top = ephemeral_floor() - step * (count - 1)
     for _ in range(ATTEMPTS):
-        base = free_port()
-        series = [base + step * i for i in range(count)]
-        if series[-1] < 65536 and not taken & set(series) and all(map(bindable, series[1:])):
+        base = random.randrange(LOWEST, top)
+        series = {base + step * i for i in range(count)}
+        if not (taken | _GIVEN) & series and all(map(bindable, series)):
             taken.update(series)
+            _GIVEN.update(series)
             return base
     raise OSError(f"no free series of {count} ports {step} apart after {ATTEMPTS} attempts")
 

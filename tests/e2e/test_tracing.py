@@ -10,6 +10,8 @@ over OTLP/HTTP) when the GPU pod passes a sampled batch's context on.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -55,6 +57,8 @@ def traced_stack(
             "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
             "OTEL_TRACES_SAMPLER": "parentbased_always_off",
             "OTEL_BSP_SCHEDULE_DELAY": "50",  # ms: spans leave at once, for the test's sake
+            # What a backend may ask of every export (a key; the project spans go to)
+            "OTEL_EXPORTER_OTLP_HEADERS": f"{found.header}=stack",
         }
         with (
             mock.patch.dict(os.environ, environ),
@@ -94,13 +98,20 @@ async def test_a_sampled_request_is_one_trace_across_every_process(
     await classify(config, f"00-{unsampled}-{caller}-00")  # the client says: not this one
     await classify(config, f"00-{sampled}-{caller}-01")
 
-    names = {"envoy", "middleman", "batcher", "preprocess", "triton"}
+    names = {"envoy", "middleman", "batcher", "preprocess"}
+    wanted = {
+        ("envoy", "middleman"), ("middleman", INFER), ("batcher", INFER),
+        ("batcher", "batch simulated_gpu"), ("preprocess", INFER), ("preprocess", "decode"),
+        ("preprocess", "infer"),
+    }  # fmt: skip
+
+    def arrived() -> bool:  # each exporter sends on its own schedule (Envoy's every 5 s)
+        seen = [(s.service, s.span.name) for s in found.of_trace(sampled)]
+        return wanted <= set(seen) and sum(1 for s, _ in seen if s == "envoy") >= 2
+
     await wait_for_state(
-        lambda: {s.service for s in found.of_trace(sampled)} >= names and len(
-            found.of_trace(sampled)) >= 11,
-        WAIT_S,
-        "spans of the sampled request from Envoy, middleman, the batcher, the GPU pod and Triton",
-    )  # fmt: skip
+        arrived, WAIT_S, "the sampled request's spans from Envoy, middleman, the batcher, the pod"
+    )
     spans = found.of_trace(sampled)
     front = one(spans, "envoy", "middleman")  # Envoy's span of its hop, named for it
     middleman = one(spans, "middleman", INFER)
@@ -118,10 +129,6 @@ async def test_a_sampled_request_is_one_trace_across_every_process(
     assert pool.span.name in {"triton", "preprocess"}  # the GPU pool's hop
     assert pod.parent_id == pool.span_id
     assert decode.parent_id == pod.span_id and infer.parent_id == pod.span_id
-    triton = one(spans, "triton", "InferRequest")  # Triton's own, joined to the pod's call
-    model = one(spans, "triton", "simulated_gpu")
-    assert triton.parent_id == infer.span_id and model.parent_id == triton.span_id
-    assert model.attribute("triton.model_name") == "simulated_gpu"
     assert batcher.attribute("inferline.batch.items") == 1
     assert decode.attribute("inferline.images") == 1
     for span in (middleman, batcher, pod):
@@ -132,6 +139,47 @@ async def test_a_sampled_request_is_one_trace_across_every_process(
     # (made and dropped: its tracer would send them for every call, each a trace of its own).
     assert {s.trace_id for s in found.spans} <= SAMPLED
     assert not [s for s in found.spans if s.span.name.startswith(("pytriton", "proxy_"))]
+    # Every exporter sent the environment's headers: the SDK's, Envoy's (the renderer's
+    # otlp_headers), Triton's (opentelemetry-cpp reads the variable itself).
+    exported = {service for services, _ in found.exports for service in services}
+    assert exported >= names
+    assert {value for _, value in found.exports} == {"stack"}
+
+
+async def test_tritons_own_spans_join_the_pods_call(
+    traced_stack: tuple[StackConfig, Receiver],
+) -> None:
+    # Triton exports by itself (opentelemetry-cpp, JSON), each request's spans once it releases
+    # the request: with the Python backend, when its next request comes. So unsampled requests
+    # follow the sampled one until its spans are in (on an idle pod they would wait for traffic).
+    config, found = traced_stack
+    sampled = sampled_trace()
+    await classify(config, f"00-{sampled}-{secrets.token_hex(8)}-01")
+
+    async def traffic() -> None:
+        while True:
+            await classify(config, f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-00")
+            await asyncio.sleep(0.2)
+
+    follow = asyncio.create_task(traffic())
+    try:
+        wanted = {("triton", "InferRequest"), ("triton", "simulated_gpu"), ("preprocess", "infer")}
+        await wait_for_state(
+            lambda: wanted <= {(s.service, s.span.name) for s in found.of_trace(sampled)},
+            WAIT_S,
+            "Triton's spans of the sampled request, and the pod's call they join",
+        )
+    finally:
+        follow.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follow
+    spans = found.of_trace(sampled)
+    infer = one(spans, "preprocess", "infer")
+    triton = one(spans, "triton", "InferRequest")  # Triton's own, joined to the pod's call
+    model = one(spans, "triton", "simulated_gpu")
+    assert triton.parent_id == infer.span_id and model.parent_id == triton.span_id
+    assert model.attribute("triton.model_name") == "simulated_gpu"
+    assert {value for services, value in found.exports if "triton" in services} == {"stack"}
 
 
 async def test_a_rest_request_is_traced_from_its_traceparent_header(
@@ -140,18 +188,17 @@ async def test_a_rest_request_is_traced_from_its_traceparent_header(
     config, found = traced_stack
     sampled, caller = sampled_trace(), secrets.token_hex(8)
     await classify(config, f"00-{sampled}-{caller}-01", HTTP)
+    route = "POST /v2/models/{model}/infer"
+    wanted = {("middleman", route), ("batcher", INFER), ("envoy", "middleman")}
     await wait_for_state(
-        lambda: {s.service for s in found.of_trace(sampled)} >= {"middleman", "preprocess"},
+        lambda: wanted <= {(s.service, s.span.name) for s in found.of_trace(sampled)},
         WAIT_S,
-        "spans of the REST request from middleman to the GPU pod",
+        "the REST request's spans from Envoy, middleman and the batcher",
     )
     spans = found.of_trace(sampled)
-    rest = one(spans, "middleman", "POST /v2/models/{model}/infer")
+    rest = one(spans, "middleman", route)
     batcher = one(spans, "batcher", INFER)
-    await wait_for_state(
-        lambda: any(s.service == "envoy" for s in found.of_trace(sampled)), WAIT_S, "Envoy's span"
-    )
-    front = one(found.of_trace(sampled), "envoy", "middleman")
+    front = one(spans, "envoy", "middleman")
     assert front.parent_id == caller
     assert rest.parent_id == front.span_id
     assert rest.attribute("http.response.status_code") == 200
@@ -177,9 +224,12 @@ async def test_a_video_is_one_span_with_an_event_per_frame(
             assert error is None, error
             indices.append(int(result.as_numpy("FRAME_INDEX")[0]))
     await wait_for_state(
-        lambda: any(s.span.name == "video" for s in found.of_trace(sampled)),
+        lambda: (
+            {"video", "inference.GRPCInferenceService/ModelStreamInfer"}
+            <= {s.span.name for s in found.of_trace(sampled) if s.service == "middleman"}
+        ),
         WAIT_S,
-        "the video's span",
+        "the video's span and its stream's",
     )
     spans = found.of_trace(sampled)
     stream = one(spans, "middleman", "inference.GRPCInferenceService/ModelStreamInfer")
