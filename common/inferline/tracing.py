@@ -58,18 +58,21 @@ def enabled(environ: Mapping[str, str] = os.environ) -> bool:
         return False
     if environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() == "none":
         return False
-    return bool(
-        environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    return bool(_otlp(environ, "ENDPOINT"))
+
+
+def _otlp(environ: Mapping[str, str], setting: str) -> str:
+    """An exporter setting as the SDK reads it: ``OTEL_EXPORTER_OTLP_TRACES_<setting>``, else
+    ``OTEL_EXPORTER_OTLP_<setting>`` ("" when neither is set)."""
+    return (
+        environ.get(f"OTEL_EXPORTER_OTLP_TRACES_{setting}")
+        or environ.get(f"OTEL_EXPORTER_OTLP_{setting}")
+        or ""
     )
 
 
 def protocol(environ: Mapping[str, str] = os.environ) -> str:
-    return (
-        environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "http/protobuf"
-    ).strip()
+    return (_otlp(environ, "PROTOCOL") or "http/protobuf").strip()
 
 
 def traces_endpoint(environ: Mapping[str, str] = os.environ) -> str:
@@ -87,11 +90,7 @@ def traces_endpoint(environ: Mapping[str, str] = os.environ) -> str:
 def export_headers(environ: Mapping[str, str] = os.environ) -> str:
     """The headers every export carries, as the environment writes them (``key=value,...``):
     for what exports without this SDK (Envoy; Triton reads the variables itself)."""
-    return (
-        environ.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS")
-        or environ.get("OTEL_EXPORTER_OTLP_HEADERS")
-        or ""
-    ).strip()
+    return _otlp(environ, "HEADERS").strip()
 
 
 def sampling_ratio(environ: Mapping[str, str] = os.environ) -> float:
@@ -207,8 +206,7 @@ def setup(service: str, sampler: Sampler | None = None) -> bool:
     logger.info(
         "tracing on: OTLP %s to %s, sampler %s",
         protocol(),
-        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"),
+        _otlp(os.environ, "ENDPOINT"),
         tracer_provider.sampler.get_description(),
     )
     return True
