@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from demo_client import trace_view
+
 
 def positive_int(text: str) -> int:
     """A count: 1 or more."""
@@ -36,3 +38,11 @@ def port(text: str) -> int:
     if not 0 <= value < 65536:
         raise argparse.ArgumentTypeError(f"must be a TCP port (0: any free one), not {value}")
     return value
+
+
+def trace_view_template(text: str) -> str:
+    """A trace viewer's link: an http(s) URL with ``{trace_id}`` in it, or ``''`` for none."""
+    try:
+        return trace_view.check_template(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

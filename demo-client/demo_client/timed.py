@@ -23,11 +23,12 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
 from demo_client.classify import Prediction, parse_entry
+from demo_client.hops import HOPS
 from demo_client.load import INPUT_NAME, OUTPUT_NAME
 from demo_client.transports import ClientTls
 
 SERVER_TIMING = "server-timing"
-HOPS = ("envoy", "middleman", "queue", "batch", "decode", "infer")  # in the pipeline's order
+TRACEPARENT = "traceparent"
 
 
 @dataclass(frozen=True)
@@ -64,12 +65,21 @@ class TimedClassifier:
         self._channel: grpc.aio.Channel | None = None
         self._session: aiohttp.ClientSession | None = None
 
-    async def classify(self, model: str, image: bytes, k: int, timeout_s: float) -> Timed:
+    async def classify(
+        self, model: str, image: bytes, k: int, timeout_s: float, traceparent: str | None = None
+    ) -> Timed:
+        """The top ``k`` classes of ``image`` and its answer's timing; ``traceparent`` (a W3C
+        trace context) goes with the call, as gRPC metadata or an HTTP header, when given."""
+        headers = (
+            self.headers if traceparent is None else {**self.headers, TRACEPARENT: traceparent}
+        )
         if self.protocol == "http":
-            return await self._http(model, image, k, timeout_s)
-        return await self._grpc(model, image, k, timeout_s)
+            return await self._http(model, image, k, timeout_s, headers)
+        return await self._grpc(model, image, k, timeout_s, headers)
 
-    async def _grpc(self, model: str, image: bytes, k: int, timeout_s: float) -> Timed:
+    async def _grpc(
+        self, model: str, image: bytes, k: int, timeout_s: float, headers: dict[str, str]
+    ) -> Timed:
         if self._channel is None:
             self._channel = self._open_channel()
         request = service_pb2.ModelInferRequest(model_name=model)
@@ -80,7 +90,7 @@ class TimedClassifier:
         output = request.outputs.add(name=OUTPUT_NAME)
         output.parameters["classification"].int64_param = k
         call = service_pb2_grpc.GRPCInferenceServiceStub(self._channel).ModelInfer(
-            request, timeout=timeout_s, metadata=tuple(self.headers.items())
+            request, timeout=timeout_s, metadata=tuple(headers.items())
         )
         try:
             response = await call
@@ -105,7 +115,9 @@ class TimedClassifier:
         )
         return grpc.aio.secure_channel(self.target, credentials)
 
-    async def _http(self, model: str, image: bytes, k: int, timeout_s: float) -> Timed:
+    async def _http(
+        self, model: str, image: bytes, k: int, timeout_s: float, headers: dict[str, str]
+    ) -> Timed:
         if self._session is None:
             self._session = aiohttp.ClientSession()
         tensor = http_client.InferInput(INPUT_NAME, [1], "BYTES")
@@ -114,7 +126,7 @@ class TimedClassifier:
         body, json_size = http_client.InferenceServerClient.generate_request_body(
             [tensor], outputs=[wanted]
         )
-        headers = {**self.headers, "Inference-Header-Content-Length": str(json_size)}
+        headers = {**headers, "Inference-Header-Content-Length": str(json_size)}
         scheme, context = ("https", self._ssl()) if self.tls else ("http", None)
         url = f"{scheme}://{self.target}/v2/models/{model}/infer"
         timeout = aiohttp.ClientTimeout(total=timeout_s)

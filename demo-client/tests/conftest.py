@@ -28,6 +28,10 @@ CLASSES = 1000
 BAD = b"BAD"  # images starting with this are rejected with INVALID_ARGUMENT
 SLOW = b"SLOW"  # images starting with this never get an answer (the client times out)
 HOLD = b"HOLD"  # images starting with this are answered once ``release`` is set
+# What the pipeline's answers carry (docs/tracing.md): Envoy's entry in the initial metadata, the
+# services' in the trailers; every ModelInfer answer of the classifier carries these.
+ENVOY_TIMING = "envoy;dur=9"
+SERVICES_TIMING = "middleman;dur=8.5, queue;dur=1.5, batch;dur=6, decode;dur=1, infer;dur=4"
 
 
 def probabilities(image: bytes) -> npt.NDArray[np.float32]:
@@ -39,7 +43,8 @@ def probabilities(image: bytes) -> npt.NDArray[np.float32]:
 
 
 class FakeKServe(service_pb2_grpc.GRPCInferenceServiceServicer):
-    """Just enough of KServe v2 for the demo client: readiness and ``ModelInfer``."""
+    """Just enough of KServe v2 for the demo client: readiness and ``ModelInfer`` (whose
+    classifier answers carry the pipeline's ``server-timing``)."""
 
     BAD = BAD
     SLOW = SLOW
@@ -58,6 +63,7 @@ class FakeKServe(service_pb2_grpc.GRPCInferenceServiceServicer):
         self.video_chunks: list[Any] = []  # every ModelStreamInfer request, in order
         self.video_seen = asyncio.Event()  # set by every ModelStreamInfer request
         self.authorization: list[tuple[str, str]] = []  # (method, authorization header) seen
+        self.traceparents: list[str] = []  # the traceparent of each ModelInfer call with one
 
     async def ServerLive(self, request: Any, context: Any) -> Any:
         return service_pb2.ServerLiveResponse(live=True)
@@ -82,6 +88,9 @@ class FakeKServe(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def ModelInfer(self, req: Any, context: Any) -> Any:
         self.saw_authorization("ModelInfer", context)
+        self.traceparents.extend(
+            value for key, value in context.invocation_metadata() or () if key == "traceparent"
+        )
         self.infer_calls += 1
         self.infer_seen.set()
         if req.model_name == PIXELS:
@@ -102,6 +111,8 @@ class FakeKServe(service_pb2_grpc.GRPCInferenceServiceServicer):
         if bad:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"image {bad[0]} does not decode")
         probs = np.stack([probabilities(image) for image in images])
+        await context.send_initial_metadata((("server-timing", ENVOY_TIMING),))
+        context.set_trailing_metadata((("server-timing", SERVICES_TIMING),))
         response = service_pb2.ModelInferResponse(model_name=MODEL, id=req.id)
         outputs = list(req.outputs) or [req.InferRequestedOutputTensor(name="PROBABILITIES")]
         for out in outputs:

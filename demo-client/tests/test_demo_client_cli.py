@@ -65,7 +65,11 @@ async def cli(*args: str, cwd: Path) -> Result:
     return await finish(await start(*args, cwd=cwd))
 
 
-async def test_json_summary_counts_errors(target: str, mixed_images: Path, tmp_path: Path) -> None:
+async def test_json_summary_counts_errors(
+    fake: tuple[str, Any], mixed_images: Path, tmp_path: Path
+) -> None:
+    target, servicer = fake
+    traced = len(servicer.traceparents)
     r = await cli(
         "load", "--target", target, "--images", str(mixed_images), "--count", "8",
         "--concurrency", "2", "--json", "--wait", "10", cwd=tmp_path,
@@ -79,6 +83,7 @@ async def test_json_summary_counts_errors(target: str, mixed_images: Path, tmp_p
     assert summary["concurrency"] == 2
     assert summary["images_per_s"] > 0
     assert 0 < summary["p50_ms"] <= summary["p95_ms"] <= summary["p99_ms"]
+    assert len(servicer.traceparents) == traced  # no probe without the web view
 
 
 async def test_duration_run_with_batches(target: str, good_images: Path, tmp_path: Path) -> None:
@@ -141,11 +146,15 @@ async def test_classify_prints_top_5(target: str, good_images: Path, tmp_path: P
     r = await cli("classify", "--target", target, *map(str, files), cwd=tmp_path)
     assert r.rc == 0, r.err
     lines = r.out.splitlines()
-    assert len(lines) == 12
-    for block, path in zip((lines[:6], lines[6:]), files, strict=True):
+    assert len(lines) == 14
+    for block, path in zip((lines[:7], lines[7:]), files, strict=True):
         assert block[0] == str(path)
-        for line in block[1:]:
+        for line in block[1:6]:
             assert re.fullmatch(r"  class \d+ \(\d\.\d{3}\)", line), line
+        assert block[6] == (  # where its time went, as the fake's answers say
+            "  time: envoy 9.0 ms  middleman 8.5 ms  queue 1.5 ms  batch 6.0 ms  decode 1.0 ms  "
+            "infer 4.0 ms"
+        )
 
 
 async def test_a_token_goes_with_every_call(
@@ -225,11 +234,12 @@ async def test_bad_flags_are_usage_errors(flag: str, tmp_path: Path) -> None:
 async def test_web_view_serves_the_running_load(
     fake: tuple[str, Any], good_images: Path, tmp_path: Path
 ) -> None:
-    target, _ = fake
+    target, servicer = fake
     port = free_port()
     proc = await start(
         "load", "--target", target, "--images", str(good_images), "--duration", "120",
-        "--json", "--web", "--web-port", str(port), "--envoy-admin", "", cwd=tmp_path,
+        "--json", "--web", "--web-port", str(port), "--envoy-admin", "",
+        "--trace-view", "http://traces.example/t/{trace_id}", cwd=tmp_path,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     async with aiohttp.ClientSession() as session:
@@ -240,12 +250,15 @@ async def test_web_view_serves_the_running_load(
                     snapshot: dict[str, Any] = await response.json()
             except aiohttp.ClientError:  # not listening yet
                 return {}
-            return snapshot if snapshot["images"] and snapshot["recent"] else {}
+            shown = snapshot["images"] and snapshot["recent"] and snapshot["timing"]["recent"]
+            return snapshot if shown else {}
 
         def exited() -> str | None:
             return None if proc.returncode is None else f"it exited {proc.returncode}"
 
-        snapshot = await wait_for(labelled, 60, "images and labels on the page", abort=exited)
+        snapshot = await wait_for(
+            labelled, 60, "images, labels and probes on the page", abort=exited
+        )
         async with session.get(f"{url}/") as response:
             assert response.status == 200 and "inferline demo" in await response.text()
     assert snapshot["phase"] == "running" and snapshot["run"]["target"] == target
@@ -254,6 +267,10 @@ async def test_web_view_serves_the_running_load(
     assert re.fullmatch(r"class \d+", recent["label"]) and 0 < recent["score"] <= 1
     assert not snapshot["replicas"]["available"]
     assert "--envoy-admin" in snapshot["replicas"]["note"]
+    probe = snapshot["timing"]["recent"][0]  # timed hop by hop, traced under its own id
+    assert probe["server_timing"]["infer"] == 4.0
+    assert probe["trace_url"] == f"http://traces.example/t/{probe['trace_id']}"
+    assert any(f"-{probe['trace_id']}-" in sent for sent in servicer.traceparents)
     proc.send_signal(signal.SIGINT)
     r = await finish(proc)
     assert r.rc == 0, r.err

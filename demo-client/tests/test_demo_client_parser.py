@@ -13,7 +13,7 @@ from demo_client.cli import parse
 OWN = {
     "load": {
         "--images", "--duration", "--count", "--concurrency", "--rate", "--batch", "--channels",
-        "--protocol", "--timeout", "--web", "--web-port", "--envoy-admin",
+        "--protocol", "--timeout", "--web", "--web-port", "--envoy-admin", "--trace-view",
     },
     "classify": {"--top-k", "--protocol", "--timeout"},
     "video": {
@@ -97,3 +97,24 @@ def test_each_command_takes_its_own_flags_and_has_its_default_model(
     args = parse([*argv, "--target", "h:1", "--json"])
     assert args.command == argv[0] and args.target == "h:1" and args.json
     assert {name: getattr(args, name) for name in expected} == expected
+
+
+def test_trace_view_links_each_probe_to_its_trace() -> None:
+    template = "http://127.0.0.1:5000/#/experiments/0/traces?selectedEvaluationId=tr-{trace_id}"
+    assert parse(["load", "--web", "--trace-view", template]).trace_view == template
+    assert parse(["load", "--web"]).trace_view == ""  # no links
+
+
+@pytest.mark.parametrize(
+    ("template", "why"),
+    [
+        ("http://127.0.0.1:5000/#/traces", "has no {trace_id}"),
+        ("file:///tmp/{trace_id}", "is not an http:// or https:// URL"),
+    ],
+)
+def test_a_trace_view_without_a_place_for_the_trace_id_is_a_usage_error_naming_the_flag(
+    template: str, why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = usage_error(["load", "--web", "--trace-view", template], capsys)
+    assert "python -m demo_client load: error: argument --trace-view: " in err
+    assert why in err

@@ -121,8 +121,9 @@ def add_request_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_web_flags(parser: argparse.ArgumentParser, shows: str) -> None:
-    """``--web`` and where the page listens (``load`` and ``video``); ``shows``: what it shows."""
+def add_web_flags(parser: argparse.ArgumentParser, shows: str) -> argparse._ArgumentGroup:
+    """``--web`` and where the page listens (``load`` and ``video``); ``shows``: what it shows.
+    Returns the group, for a command's own web view flags."""
     web = parser.add_argument_group("web view", f"--web serves a live page beside the run: {shows}")
     web.add_argument("--web", action="store_true", help="serve the live web view during the run")
     web.add_argument(
@@ -151,6 +152,7 @@ def add_web_flags(parser: argparse.ArgumentParser, shows: str) -> None:
         default=DEFAULT_CLUSTER,
         help="the Envoy cluster whose endpoints get a line each (default %(default)s)",
     )
+    return web
 
 
 def client_tls(args: argparse.Namespace) -> ClientTls | None:

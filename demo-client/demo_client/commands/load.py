@@ -13,15 +13,17 @@ from pathlib import Path
 
 from rich.console import Console
 
-from demo_client.argtypes import positive_float, positive_int
+from demo_client.argtypes import positive_float, positive_int, trace_view_template
 from demo_client.classify import Prediction, labelled_requests
 from demo_client.client import open_clients
 from demo_client.commands import common
 from demo_client.commands.common import EXIT_FAILED, EXIT_OK, Command, UserError
 from demo_client.dashboard import WINDOW_S, Dashboard
 from demo_client.load import LoadConfig, RequestFactory, image_requests, run_load
+from demo_client.probe import PROBE_EVERY_S, Probe
 from demo_client.samples import DEFAULT_DEST, SamplesError, build_samples, image_files
 from demo_client.stats import Recorder
+from demo_client.timed import TimedClassifier
 from demo_client.transports import TRANSPORTS
 from demo_client.view import LiveView, RunInfo, summary_table
 from demo_client.web import WebView
@@ -74,10 +76,20 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         default=1,
         help="gRPC channels (connections) to spread the workers over (default 1)",
     )
-    common.add_web_flags(
+    web = common.add_web_flags(
         parser,
         "images/s overall and per Triton replica, latency, errors by status, recent images with "
-        "their top label",
+        f"their top label, and where the time went: a probe request every {PROBE_EVERY_S:g} s "
+        "beside the load, timed hop by hop and traced",
+    )
+    web.add_argument(
+        "--trace-view",
+        metavar="URL",
+        type=trace_view_template,
+        default="",
+        help="link each probe to its trace: a trace viewer's URL with {trace_id} where the "
+        "trace's 32 hex digits go, e.g. http://127.0.0.1:5000/#/experiments/0/traces"
+        "?selectedEvaluationId=tr-{trace_id} (MLflow); default: no links",
     )
 
 
@@ -107,7 +119,7 @@ def _dashboard(args: argparse.Namespace, info: RunInfo, names: list[str]) -> Das
         "cluster": args.envoy_cluster,
         "window_s": WINDOW_S,
     }
-    return Dashboard(run, names)
+    return Dashboard(run, names, probe_every_s=PROBE_EVERY_S, trace_view=args.trace_view)
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -133,6 +145,7 @@ async def run(args: argparse.Namespace) -> int:
     recorder = Recorder(concurrency=args.concurrency, batch=args.batch)
     stop = asyncio.Event()
     transport = TRANSPORTS[args.protocol]
+    tls = common.client_tls(args)
     requests: RequestFactory = image_requests(images, args.batch, transport)
     dashboard: Dashboard | None = None
     async with contextlib.AsyncExitStack() as exits:
@@ -148,11 +161,15 @@ async def run(args: argparse.Namespace) -> int:
             web = WebView(board, recorder, images, args.envoy_admin or None, args.envoy_cluster)
             await common.serve(web, args, exits)
         clients = await exits.enter_async_context(
-            open_clients(args.target, args.channels, transport, common.client_tls(args), args.token)
+            open_clients(args.target, args.channels, transport, tls, args.token)
         )
         await common.wait_until_ready(clients[0], args, console, dashboard)
         if dashboard is not None:
             dashboard.running()
+            timed = TimedClassifier(args.target, args.protocol, tls, args.token)
+            await exits.enter_async_context(contextlib.aclosing(timed))
+            probe = Probe(timed, config.model, images, args.timeout, dashboard, recorder.elapsed)
+            await exits.enter_async_context(probe.running())
         with common.stop_on_signals(stop):
             if console is None:
                 summary = await run_load(clients, config, requests, recorder, stop)
