@@ -21,7 +21,7 @@ FUZZ_SECONDS ?= 60
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup certs token model publish-models up down status scale demo demo-web grafana images deploy undeploy verify-cluster checkov test test-containers fuzz lint check-packages format docs dashboards k8s-files bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload bench-faults soak clean
+.PHONY: help setup certs token model publish-models mlflow up down status scale demo demo-web grafana images deploy undeploy verify-cluster checkov test test-containers fuzz lint check-packages format docs dashboards k8s-files bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload bench-faults soak clean
 
 help: ## list the targets
 	@echo "inferline — scale-out inference pipeline (see README.md)"
@@ -60,7 +60,12 @@ token: setup ## a local signing key, the key set Envoy checks and a token under 
 DEMO_ENDPOINT := $(if $(filter true 1 yes on,$(INFERLINE_STACK_TLS)),--ca .run/certs/ca.crt)
 DEMO_ENDPOINT += $(if $(filter true 1 yes on,$(INFERLINE_STACK_AUTH)),--token "$$(cat .run/auth/token)")
 
-up: model ## start the local stack (every hop through Envoy, public :8080); returns when ready
+# INFERLINE_STACK_TRACING=true with no OTLP endpoint of the user's: the stack runs MLflow's trace
+# view, installed once into a venv of its own (`make mlflow`).
+MLFLOW_STAMP := .venv-mlflow/.installed
+TRACE_VIEW := $(if $(filter true 1 yes on,$(INFERLINE_STACK_TRACING)),$(if $(OTEL_EXPORTER_OTLP_ENDPOINT)$(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT),,$(MLFLOW_STAMP)))
+
+up: model $(TRACE_VIEW) ## start the local stack (every hop through Envoy, public :8080; INFERLINE_STACK_TRACING=true: traced, MLflow's trace view); returns when ready
 	@$(PY) -m inferline_stack up --model-repository $(MODEL_REPOSITORY)
 
 down: ## stop everything the local stack started
@@ -78,8 +83,13 @@ demo: up ## the whole pipeline (Envoy, batcher, GPU pods: Triton + the preproces
 	@$(PY) -m demo_client load --duration $(DURATION) --concurrency $(CONCURRENCY) --model $(MODEL) $(DEMO_ENDPOINT)
 	@echo "the stack keeps running: 'make status' shows it, 'make scale SERVICE=triton REPLICAS=2' adds a backend, 'make down' stops it"
 
-demo-web: up ## `make demo` plus a live web page on http://127.0.0.1:8088/ (WEB_PORT=n): images/s per Triton replica, latency, errors, labelled images
-	@$(PY) -m demo_client load --web --web-port $(WEB_PORT) --duration $(DURATION) --concurrency $(CONCURRENCY) --model $(MODEL) $(DEMO_ENDPOINT)
+# The web view links its slowest recent requests to their traces: in the stack's trace view
+# (INFERLINE_STACK_TRACING=true; `up` writes .run/trace-view), or in yours: TRACE_URL=…{trace_id}…
+TRACE_URL ?=
+
+demo-web: up ## `make demo` plus a live web page on http://127.0.0.1:8088/ (WEB_PORT=n): images/s per Triton replica, latency, errors, labelled images, where the time went (traced: links to the traces)
+	@view='$(TRACE_URL)'; [ -n "$$view" ] || view=$$(cat .run/trace-view 2>/dev/null); \
+	$(PY) -m demo_client load --web --web-port $(WEB_PORT) --duration $(DURATION) --concurrency $(CONCURRENCY) --model $(MODEL) $(DEMO_ENDPOINT) $${view:+--trace-view "$$view"}
 	@echo "the stack keeps running: 'make scale SERVICE=triton REPLICAS=2' during a run adds a line to the page, 'make down' stops it"
 
 REGISTRY ?=
@@ -101,6 +111,13 @@ undeploy: setup ## delete what `make deploy` applied (OVERLAY=gpu|cpu)
 
 verify-cluster: setup ## prove a deployment: rollouts, Envoy holds every Triton pod, demo client, Triton 1 -> 2
 	$(PY) -m tools.cluster verify --namespace "$(NAMESPACE)"
+
+$(MLFLOW_STAMP): stack/mlflow.lock
+	@test -x .venv-mlflow/bin/python || $(PYTHON) -m venv .venv-mlflow
+	.venv-mlflow/bin/pip install -q --no-deps -r stack/mlflow.lock
+	@touch $@
+
+mlflow: $(MLFLOW_STAMP) ## MLflow (the local stack's trace view) in a venv of its own (it does not resolve with constraints.txt)
 
 CHECKOV_STAMP := .venv-checkov/.installed
 

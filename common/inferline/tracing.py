@@ -58,7 +58,12 @@ def enabled(environ: Mapping[str, str] = os.environ) -> bool:
         return False
     if environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() == "none":
         return False
-    return bool(_otlp(environ, "ENDPOINT"))
+    return traces_endpoint_set(environ)
+
+
+def traces_endpoint_set(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the environment names where spans go (an OTLP endpoint, general or traces')."""
+    return bool(_otlp(environ, "ENDPOINT").strip())
 
 
 def _otlp(environ: Mapping[str, str], setting: str) -> str:

@@ -47,7 +47,7 @@ PORT_FIELDS = (
     "envoy_admin_port", "middleman_port", "middleman_metrics_port", "middleman_rest_port",
     "preprocess_port", "preprocess_metrics_port", "batcher_port", "batcher_metrics_port",
     "triton_grpc_port", "triton_http_port", "triton_metrics_port", "pod_port", "pod_metrics_port",
-    "eds_port", "eds_metrics_port", "prometheus_port",
+    "eds_port", "eds_metrics_port", "prometheus_port", "trace_view_port",
 )  # fmt: skip
 # Which base ports each service's replicas step from (the others are fixed, one process each).
 REPLICA_PORT_FIELDS = {
@@ -132,6 +132,14 @@ class StackConfig:
     prometheus_port: int = 9090
     prometheus_config: str = "grafana/prometheus/prometheus.yml"
     scrape_interval_s: float = 5.0
+    # Tracing (docs/tracing.md): every process traced, Envoy and Triton included, parent-based
+    # at the sampling ratio of OTEL_TRACES_SAMPLER[_ARG] (1 %: a client's sampled traceparent is
+    # traced always). Spans go to the OTLP endpoint of up's environment when it names one
+    # (OTEL_EXPORTER_OTLP_ENDPOINT), else to MLflow's trace view, which the stack runs on
+    # trace_view_port: `mlflow` is its binary (`make mlflow` installs it), its data under run_dir.
+    tracing: bool = False
+    trace_view_port: int = 5000
+    mlflow: str = ".venv-mlflow/bin/mlflow"
     # TLS: Envoy's public listener serves TLS, and Envoy reaches middleman, preprocess, the
     # batcher and Triton over mTLS (their own ports require its client certificate;
     # docs/reliability.md), so middleman dials the batchers through Envoy then (proxyless "auto").
@@ -248,6 +256,10 @@ class StackConfig:
     @property
     def prometheus_url(self) -> str:
         return f"http://127.0.0.1:{self.prometheus_port}"
+
+    @property
+    def trace_view_url(self) -> str:
+        return f"http://127.0.0.1:{self.trace_view_port}"
 
     def listener(self, cluster: str) -> str:
         return f"127.0.0.1:{dict(self.listeners)[cluster]}"

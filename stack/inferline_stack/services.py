@@ -25,7 +25,7 @@ from inferline import capacity, timing, tracing
 from inferline.config import environment
 from inferline_envoy import config as envoy_config
 from inferline_envoy import proxyless
-from inferline_stack import auth, certs, health, leftovers
+from inferline_stack import auth, certs, health, leftovers, traceview
 from inferline_stack.config import (
     BATCHER,
     CLUSTERS,
@@ -211,6 +211,7 @@ def replica(config: StackConfig, service: str, index: int) -> Service:
             )
         )
         env.update(xds_bootstrap_env(config, upstream))
+    env.update(traceview.otel_env(config))
     return Service(
         name=name,
         argv=python(service),
@@ -261,6 +262,7 @@ def triton_replica(config: StackConfig, index: int) -> Service:
         argv=triton_command(config, index),
         address=address,
         check=lambda: health.ready(address, *models, tls=tls),
+        env=traceview.otel_env(config),
         metrics=f"http://{HOST}:{metrics_port}/metrics",
         cluster=TRITON,
         port=port,
@@ -285,6 +287,7 @@ def triton_replica(config: StackConfig, index: int) -> Service:
         # with the same certificate (loopback is open to every local process here).
         **tls_env(config, PREPROCESS, identity=TRITON),
         **(settings(PREPROCESS, triton_tls=True) if config.tls else {}),
+        **replica.env,  # the trace view's OTLP variables, for the pod's Triton too
     }
     argv = python(
         "inferline_stack.pod",
@@ -353,10 +356,36 @@ def eds(config: StackConfig) -> Service:
         argv=python("eds"),
         address=address,
         check=lambda: health.serving(address, tls=tls),
-        env={**env, **tls_env(config, EDS)},
+        env={**env, **tls_env(config, EDS), **traceview.otel_env(config)},
         metrics=f"http://{HOST}:{config.eds_metrics_port}/metrics",
         tls=tls,
         certs=certs_digest(config, EDS),
+    )
+
+
+def trace_view(config: StackConfig) -> Service:
+    """MLflow's tracking server, the stack's trace view (:mod:`inferline_stack.traceview`): one
+    worker, its store a SQLite file under the run folder, nothing phoned home."""
+    data = run_path(config, traceview.MLFLOW).resolve()
+    url = config.trace_view_url
+    return Service(
+        name=traceview.MLFLOW,
+        argv=[
+            traceview.binary(config) or config.mlflow,
+            "server",
+            f"--backend-store-uri=sqlite:///{data / 'mlflow.db'}",
+            f"--default-artifact-root={data / 'artifacts'}",
+            f"--host={HOST}",
+            f"--port={config.trace_view_port}",
+            "--workers=1",
+        ],
+        address=url,
+        check=lambda: traceview.ready(url),
+        env={
+            "MLFLOW_DISABLE_TELEMETRY": "true",
+            "DO_NOT_TRACK": "true",
+            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",  # no job runner: a trace view only
+        },
     )
 
 
@@ -379,13 +408,14 @@ def envoy_params(config: StackConfig) -> envoy_config.EnvoyParams:
         shed=config.shed,
         server_timing=timing.enabled(),
     )
-    if tracing.enabled():  # Envoy's spans go where the services' go, sampled alike
+    traced = {**os.environ, **traceview.otel_env(config)}  # what the services read
+    if tracing.enabled(traced):  # Envoy's spans go where the services' go, sampled alike
         params = dataclasses.replace(
             params,
-            otlp_endpoint=tracing.traces_endpoint(),
-            otlp_protocol=tracing.protocol(),
-            otlp_headers=tracing.export_headers(),
-            trace_sampling_percent=100 * tracing.sampling_ratio(),
+            otlp_endpoint=tracing.traces_endpoint(traced),
+            otlp_protocol=tracing.protocol(traced),
+            otlp_headers=tracing.export_headers(traced),
+            trace_sampling_percent=100 * tracing.sampling_ratio(traced),
         )
     if config.auth:
         params = dataclasses.replace(

@@ -16,8 +16,18 @@ import time
 from pathlib import Path
 
 from eds.sources import endpoints_file
+from inferline import tracing
 from inferline_envoy import config as envoy_config
-from inferline_stack import auth, certs, health, leftovers, prometheus, remember, services
+from inferline_stack import (
+    auth,
+    certs,
+    health,
+    leftovers,
+    prometheus,
+    remember,
+    services,
+    traceview,
+)
 from inferline_stack.config import (
     BATCHER,
     CLUSTERS,
@@ -56,6 +66,10 @@ def up(config: StackConfig, table: ProcessTable) -> int:
     )
     if table.running(prometheus.PROMETHEUS):
         console.print(f"Prometheus: {config.prometheus_url} (every process, every replica)")
+    if table.running(traceview.MLFLOW):
+        console.print(f"traces: {traceview.traces_url(config)} (MLflow's trace view)")
+    elif config.tracing:
+        console.print(f"traces: to {tracing.traces_endpoint()} (OTEL_EXPORTER_OTLP_ENDPOINT)")
     return 0
 
 
@@ -71,6 +85,7 @@ def _up(config: StackConfig, table: ProcessTable) -> None:
         files = auth.ensure(config.auth_path)  # `make token`, when not made yet
         console.print(f"[green]✓[/] auth: tokens required; the demo client's is {files.token}")
     _stop_strays(config, table)
+    _trace_view(config, table)  # before any process that sends it spans
     kept = _keep_replicas(config, table)
     leftovers.free_orphans()  # what replicas killed before this `up` left
     endpoints_file.write(
@@ -135,6 +150,21 @@ def _prometheus(config: StackConfig, table: ProcessTable) -> None:
     track(config, table)
 
 
+def _trace_view(config: StackConfig, table: ProcessTable) -> None:
+    """Start MLflow's trace view when the stack's spans go to none of the user's."""
+    if not traceview.runs_backend(config):
+        table.stop(traceview.MLFLOW, config.stop_grace_s)
+        traceview.forget_view_file(config)
+        return
+    if traceview.binary(config) is None:
+        raise StackError(
+            f"INFERLINE_STACK_TRACING=true: no trace view at {config.mlflow} "
+            f"({traceview.INSTALL_HINT}); or set OTEL_EXPORTER_OTLP_ENDPOINT to your collector"
+        )
+    _ensure(config, table, services.trace_view(config))
+    traceview.write_view_file(config)
+
+
 def _keep(table: ProcessTable, service: Service) -> bool:
     """Running, started with today's configuration, and healthy: leave it alone."""
     if not table.running(service.name) or table.fingerprint(service.name) != service.fingerprint():
@@ -178,7 +208,8 @@ def _keep_replicas(config: StackConfig, table: ProcessTable) -> list[Service]:
 def _stop_strays(config: StackConfig, table: ProcessTable) -> None:
     """Processes of an older layout of the stack (``triton``, ``middleman``) hold its ports."""
     for name in table.names():
-        stray = name not in (EDS, ENVOY, prometheus.PROMETHEUS) and parse_replica_name(name) is None
+        fixed = (EDS, ENVOY, prometheus.PROMETHEUS, traceview.MLFLOW)
+        stray = name not in fixed and parse_replica_name(name) is None
         if stray and table.stop(name, config.stop_grace_s):
             console.print(f"stopped {name} (left over from an older stack)")
 
@@ -189,7 +220,8 @@ def down(config: StackConfig, table: ProcessTable) -> int:
         [replica_name(s, i) for i in range(MAX_REPLICAS)]
         for s in (MIDDLEMAN, PREPROCESS, BATCHER, TRITON)
     ]
-    for names in [*tiers, [ENVOY], [EDS], [prometheus.PROMETHEUS], table.names()]:
+    last = [[ENVOY], [EDS], [prometheus.PROMETHEUS], [traceview.MLFLOW], table.names()]
+    for names in [*tiers, *last]:
         for name in table.stop_all(names, config.stop_grace_s):
             console.print(f"stopped {name}")
     strays = table.stop_strays(config.stop_grace_s)  # what no pid file names any more
@@ -197,6 +229,7 @@ def down(config: StackConfig, table: ProcessTable) -> int:
         console.print(f"stopped {len(strays)} more processes of this stack (pids {strays})")
     _free_leftovers(config)
     remember.forget(config.run_dir)
+    traceview.forget_view_file(config)
     return 0
 
 

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inferline_envoy import admin as envoy_admin
-from inferline_stack import prometheus, services
+from inferline_stack import prometheus, services, traceview
 from inferline_stack.config import StackConfig
 from inferline_stack.processes import ProcessTable
 from inferline_stack.replicas import running_replicas
@@ -22,6 +22,8 @@ def processes(config: StackConfig, table: ProcessTable) -> list[Service]:
     listed = [services.eds(config), services.envoy(config)]
     if table.running(prometheus.PROMETHEUS) or (config.prometheus and prometheus.binary()):
         listed.append(prometheus.service(config))
+    if table.running(traceview.MLFLOW) or traceview.runs_backend(config):
+        listed.append(services.trace_view(config))
     for service in config.services:
         indices = running_replicas(table, service) or [0]
         listed += [services.replica(config, service, i) for i in indices]
@@ -54,6 +56,8 @@ def status(config: StackConfig, table: ProcessTable) -> int:
     out.print(view)
     if table.running(prometheus.PROMETHEUS):
         out.print(f"Prometheus: {config.prometheus_url}", markup=False, highlight=False)
+    if table.running(traceview.MLFLOW):
+        out.print(f"traces: {traceview.traces_url(config)}", markup=False, highlight=False)
     try:
         by_cluster = asyncio.run(envoy_admin.clusters(config.admin_url))
     except envoy_admin.AdminError as exc:

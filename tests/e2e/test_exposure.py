@@ -17,6 +17,7 @@ import pytest
 
 from inferline_stack.config import BATCHER, MAX_REPLICAS, MIDDLEMAN, PREPROCESS, TRITON, StackConfig
 from inferline_stack.services import EDS, ENVOY, parse_replica_name
+from inferline_stack.traceview import MLFLOW
 from inferline_testing.overload import stack_groups
 from inferline_testing.procfs import group_pids, listening
 
@@ -35,6 +36,7 @@ ROWS = {
     "GPU pod *i* (in-pod)": TRITON,
     "control/eds": EDS,
     "Prometheus": PROMETHEUS,
+    "MLflow": MLFLOW,
 }
 ENVOY_PORTS = (
     "public_port", "preprocess_listener_port", "batcher_listener_port", "triton_listener_port",
@@ -44,6 +46,7 @@ FIXED_PORTS = {
     ENVOY: ENVOY_PORTS,
     EDS: ("eds_port", "eds_metrics_port"),
     PROMETHEUS: ("prometheus_port",),
+    MLFLOW: ("trace_view_port",),
 }
 _PORT = re.compile(r"^(\d+)(?:\+(\d+)\*i\*)?$")
 _STEP = re.compile(r"^Replica \*i\* of (.+) uses its ports \+ (\d+)\*i\*\.$", re.M)

@@ -26,13 +26,12 @@ import numpy as np
 import pytest
 import tritonclient.grpc.aio as triton
 
-from demo_client.client import open_clients
-from demo_client.load import image_requests
-from demo_client.transports import GRPC, HTTP, Transport
+from demo_client.transports import HTTP
 from inferline_stack.config import StackConfig
 from inferline_testing import media
 from inferline_testing.otlp import Received, Receiver, receiver
 from inferline_testing.stacks import own_stack
+from inferline_testing.traced import classify, unsampled
 from inferline_testing.waits import wait_for_state
 
 pytestmark = pytest.mark.e2e
@@ -67,20 +66,6 @@ def traced_stack(
             ) as config,
         ):
             yield config, found
-
-
-async def classify(config: StackConfig, traceparent: str, transport: Transport = GRPC) -> None:
-    factory = image_requests([media.encode(media.photo("chelsea")[:96, :128])], 1, transport)
-    request = factory(0)
-    target = f"127.0.0.1:{config.public_port}"
-    async with open_clients(target, transport=transport) as (client,):
-        await client.infer(
-            "classifier",
-            list(request.inputs),
-            outputs=list(request.outputs),
-            headers={"traceparent": traceparent},
-            client_timeout=10,
-        )
 
 
 def one(spans: list[Received], service: str, name: str) -> Received:
@@ -158,7 +143,7 @@ async def test_tritons_own_spans_join_the_pods_call(
 
     async def traffic() -> None:
         while True:
-            await classify(config, f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-00")
+            await classify(config, unsampled())
             await asyncio.sleep(0.2)
 
     follow = asyncio.create_task(traffic())

@@ -1,0 +1,17 @@
+"""Debian's chromium, driven by playwright (no browser is downloaded): what a test that loads a
+page needs. Skipped without either, failed instead where tools are required (CI)."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from inferline_testing import tools
+
+
+def launch_args() -> dict[str, Any]:
+    """``playwright.chromium.launch``'s arguments for the system chromium."""
+    path = tools.tool("chromium", "install Debian's package: apt-get install chromium")
+    if importlib.util.find_spec("playwright") is None:
+        tools.missing("playwright is not installed: make setup (requirements-dev.txt)")
+    return {"executable_path": path, "args": ["--no-sandbox"]}
