@@ -7,26 +7,17 @@ Skipped where chromium or playwright is missing, failed instead in CI
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 from demo_client.dashboard import Dashboard
 from demo_client.stats import Recorder
 from demo_client.web import WebView
-from inferline_testing import tools
+from inferline_testing.browser import launch_args
 
 WAIT_MS = 30_000
 TRACE_VIEW = "http://127.0.0.1:5000/#/experiments/0/traces?selectedEvaluationId=tr-{trace_id}"
 TIMING = {"envoy": 9.0, "middleman": 8.5, "queue": 1.5, "batch": 6.0, "decode": 1.0, "infer": 4.0}
 SLOW = "5" * 32  # the slowest probe's trace id
-
-
-def chromium() -> str:
-    """The system chromium, and playwright to drive it."""
-    path = tools.tool("chromium", "install Debian's package: apt-get install chromium")
-    if importlib.util.find_spec("playwright") is None:
-        tools.missing("playwright is not installed: make setup (requirements-dev.txt)")
-    return path
 
 
 def probed_view() -> WebView:
@@ -47,14 +38,12 @@ def probed_view() -> WebView:
 
 
 async def test_the_timing_panel_draws_stacked_bars_and_links_the_slowest_to_their_traces() -> None:
-    executable = chromium()
+    launch = launch_args()
     from playwright.async_api import async_playwright
 
     page_errors: list[str] = []
     async with probed_view().serving("127.0.0.1", 0) as url, async_playwright() as playwright:
-        browser = await playwright.chromium.launch(
-            executable_path=executable, args=["--no-sandbox"]
-        )
+        browser = await playwright.chromium.launch(**launch)
         try:
             page = await browser.new_page(viewport={"width": 1200, "height": 1000})
 

@@ -22,10 +22,14 @@ def unsampled() -> str:
     return traceparent(secrets.token_hex(16), secrets.token_hex(8), sampled=False)
 
 
-async def classify(config: StackConfig, header: str, transport: Transport = GRPC) -> None:
-    """One small photo classified through ``config``'s public endpoint, ``header`` its
-    ``traceparent``."""
-    factory = image_requests([media.encode(media.photo("chelsea")[:96, :128])], 1, transport)
+async def classify(
+    config: StackConfig, header: str, transport: Transport = GRPC, image: bytes | None = None
+) -> None:
+    """One image (a small photo unless given) classified through ``config``'s public endpoint,
+    ``header`` its ``traceparent``."""
+    if image is None:
+        image = media.encode(media.photo("chelsea")[:96, :128])
+    factory = image_requests([image], 1, transport)
     request = factory(0)
     target = f"127.0.0.1:{config.public_port}"
     async with open_clients(target, transport=transport) as (client,):

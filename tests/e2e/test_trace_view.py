@@ -23,10 +23,12 @@ from typing import Any
 from unittest import mock
 
 import pytest
+from tritonclient.utils import InferenceServerException
 
 from inferline_stack import traceview
 from inferline_stack.config import StackConfig
-from inferline_testing import browser, tools
+from inferline_testing import tools
+from inferline_testing.browser import launch_args
 from inferline_testing.stacks import own_stack
 from inferline_testing.traced import classify, traceparent, unsampled
 from inferline_testing.waits import wait_for_state
@@ -35,6 +37,7 @@ pytestmark = pytest.mark.e2e
 
 WAIT_S = 60.0
 INFER = "inference.GRPCInferenceService/ModelInfer"
+ERROR = "STATUS_CODE_ERROR"
 MLFLOW = Path(".venv-mlflow/bin/mlflow")
 # One request's spans, by name: Envoy's hops (the front door, the GPU pool; the batcher is
 # dialled proxyless), middleman's, the batcher's and the pod's calls, the batch, the pod's
@@ -48,7 +51,12 @@ WANTED = {
 @pytest.fixture(scope="module")
 def traced_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackConfig]:
     mlflow = tools.tool("mlflow", traceview.INSTALL_HINT, at=MLFLOW)
-    with mock.patch.dict(os.environ, {"OTEL_BSP_SCHEDULE_DELAY": "50"}):  # spans leave at once
+    environ = {
+        "OTEL_BSP_SCHEDULE_DELAY": "50",  # ms: spans leave at once, for the test's sake
+        # A batch waits up to 100 ms for more (2 by default): two requests sent at once share it.
+        "INFERLINE_BATCHER_MAX_QUEUE_DELAY_MS": "100",
+    }
+    with mock.patch.dict(os.environ, environ):
         for name in [n for n in os.environ if n.startswith("OTEL_EXPORTER_OTLP")]:
             del os.environ[name]  # no endpoint of the user's: the stack's own view
         with own_stack(
@@ -115,13 +123,50 @@ async def test_the_stacks_trace_view_holds_one_request_from_every_process(
     await shows_the_trace(config, trace_id, tmp_path / "trace.png")
 
 
+async def test_two_requests_batched_together_are_one_batch_span_in_the_view_linked_to_both(
+    traced_stack: StackConfig,
+) -> None:
+    config = traced_stack
+    callers = [(secrets.token_hex(16), secrets.token_hex(8)) for _ in range(2)]
+    await asyncio.gather(*(classify(config, traceparent(t, c, sampled=True)) for t, c in callers))
+
+    def batches() -> list[dict[str, Any]]:
+        return [
+            s for t, _ in callers for s in spans_of(config, t) if s["name"] == "batch simulated_gpu"
+        ]
+
+    [batch] = await wait_for_state(batches, WAIT_S, "the batch span of the two requests")
+    linked = [(hex_id(link["trace_id"]), hex_id(link["span_id"])) for link in batch["links"]]
+    assert sorted(t for t, _ in linked) == sorted(t for t, _ in callers)
+    for trace_id, span_id in linked:  # each request's own span at the batcher
+        [span] = [s for s in spans_of(config, trace_id) if hex_id(s["span_id"]) == span_id]
+        assert span["name"] == INFER
+
+
+async def test_an_errors_spans_carry_its_status_in_the_view(traced_stack: StackConfig) -> None:
+    config = traced_stack
+    trace_id = secrets.token_hex(16)
+    header = traceparent(trace_id, secrets.token_hex(8), sampled=True)
+    with pytest.raises(InferenceServerException, match="INVALID_ARGUMENT"):
+        await classify(config, header, image=b"not an image")
+
+    def every_call() -> list[dict[str, Any]]:  # middleman's, the batcher's, the pod's
+        spans = spans_of(config, trace_id)
+        return spans if sum(s["name"] == INFER for s in spans) == 3 else []
+
+    spans = await wait_for_state(every_call, WAIT_S, "the refused request's spans")
+    errors = [(s["name"], s["status"]) for s in spans if s["status"].get("code", "") == ERROR]
+    # middleman's, which refused it; its batch went on (a bad image fails none but itself)
+    assert errors == [(INFER, {"code": ERROR, "message": "INVALID_ARGUMENT"})]
+
+
 async def shows_the_trace(config: StackConfig, trace_id: str, screenshot: Path) -> None:
     """The trace's page in MLflow's UI lists its spans (a screenshot is kept)."""
     from playwright.async_api import async_playwright
 
     url = traceview.trace_url_template(config).format(trace_id=trace_id)
     async with async_playwright() as playwright:
-        chromium = await playwright.chromium.launch(**browser.launch_args())
+        chromium = await playwright.chromium.launch(**launch_args())
         try:
             page = await chromium.new_page(viewport={"width": 1400, "height": 900})
             await page.goto(url)

@@ -14,7 +14,6 @@ Skipped where chromium or playwright is missing, failed instead in CI
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -27,7 +26,8 @@ import pytest
 from inferline.labels import load_labels
 from inferline_stack.config import TRITON, StackConfig
 from inferline_stack.services import triton_replica
-from inferline_testing import media, stack_cli, tools
+from inferline_testing import media, stack_cli
+from inferline_testing.browser import launch_args
 from inferline_testing.ports import free_port
 from inferline_testing.waits import wait_for
 
@@ -38,14 +38,6 @@ SCREENSHOT = ROOT / "build" / "artifacts" / "web-view.png"
 WAIT_S = 120.0  # generous: only bounds how long a broken run takes to fail
 SCALE_WAIT_S = 300.0  # a second Triton with the real model, on a busy machine
 CONCURRENCY = 8
-
-
-def chromium() -> str:
-    """The system chromium, and playwright to drive it."""
-    path = tools.tool("chromium", "install Debian's package: apt-get install chromium")
-    if importlib.util.find_spec("playwright") is None:
-        tools.missing("playwright is not installed: make setup (requirements-dev.txt)")
-    return path
 
 
 def triton_address(config: StackConfig, index: int) -> str:
@@ -107,15 +99,13 @@ async def last_value(page: Any, selector: str) -> float:
 async def test_the_web_view_shows_a_second_replica_after_a_scale_up(
     stack: StackConfig, web_view: str
 ) -> None:
-    executable = chromium()
+    launch = launch_args()
     from playwright.async_api import async_playwright
 
     first, second = triton_address(stack, 0), triton_address(stack, 1)
     page_errors: list[str] = []
     async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(
-            executable_path=executable, args=["--no-sandbox"]
-        )
+        browser = await playwright.chromium.launch(**launch)
         try:
             page = await browser.new_page(viewport={"width": 1200, "height": 1000})
 
@@ -140,6 +130,13 @@ async def test_the_web_view_shows_a_second_replica_after_a_scale_up(
             assert await page.locator(replica_lines).count() == 1
             note = await page.text_content("#replica-note") or ""
             assert "unavailable" not in note and "share of Triton requests" in note, note
+            # The probes' bars: each hop of the real pipeline timed its part of the answer.
+            newest = page.locator("#timing-bars .bar-row").first
+            await newest.locator('.segment[data-segment="infer"]').wait_for(timeout=WAIT_S * 1000)
+            drawn = await newest.locator(".segment").evaluate_all(
+                "(segments) => segments.map((s) => s.dataset.segment)"
+            )
+            assert {"envoy", "middleman", "queue", "decode", "infer"} <= set(drawn), drawn
             try:
                 await stack_cli.scale(stack, TRITON, 2)
                 line = f'{replica_lines}[data-replica="{second}"]'
@@ -176,7 +173,7 @@ async def test_the_web_view_follows_a_video_streamed_in_chunks(
 ) -> None:
     """``video FILE --web``: the page shows frames/s and each sampled frame's label as the
     video streams in chunks (a minute of the panning cat, 4 frames a second sampled)."""
-    executable = chromium()
+    launch = launch_args()
     from playwright.async_api import async_playwright
 
     video = tmp_path / "cat.webm"
@@ -186,9 +183,7 @@ async def test_the_web_view_follows_a_video_streamed_in_chunks(
     url = f"http://127.0.0.1:{port}/"
     page_errors: list[str] = []
     async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(
-            executable_path=executable, args=["--no-sandbox"]
-        )
+        browser = await playwright.chromium.launch(**launch)
         proc = await asyncio.create_subprocess_exec(
             *(sys.executable, "-m", "demo_client", "video", str(video), "--fps", "4"),
             *("--chunk-bytes", "16384", "--web", "--web-port", str(port), "--json"),
