@@ -28,7 +28,11 @@ from typing import Any
 
 import pytest
 
+from batcher.config import Config as BatcherConfig
+from eds.config import Config as EdsConfig
 from inferline_testing.tools import missing
+from middleman.config import Config as MiddlemanConfig
+from preprocess.config import Config as PreprocessConfig
 from tools import check_packages, images
 from tools.containers import engine as engines
 
@@ -483,12 +487,21 @@ def test_exposed_ports_are_the_contracts(image: str, component: str) -> None:
     assert exposed == contract_ports()[component]
 
 
-def test_middleman_listens_on_the_contracts_port() -> None:
-    """Its own defaults (8080, 8000) are Envoy's public port and Triton's HTTP port; the image
-    sets the contract's."""
-    middleman = env(final_stage(BY_NAME["middleman"]))
-    assert middleman.get("INFERLINE_MIDDLEMAN_PORT") == "8090"
-    assert middleman.get("INFERLINE_MIDDLEMAN_REST_PORT") == "8093"
+@pytest.mark.parametrize(
+    ("image", "config"),
+    [("middleman", MiddlemanConfig), ("preprocess", PreprocessConfig),
+     ("batcher", BatcherConfig), ("eds", EdsConfig)],
+)  # fmt: skip
+def test_each_service_listens_on_the_contracts_ports_by_its_own_defaults(
+    image: str, config: type[Any]
+) -> None:
+    """The image sets no port: the service's defaults are the contract's (one source)."""
+    defaults = config()
+    ports = {getattr(defaults, name) for name in ("port", "rest_port", "metrics_port")
+             if hasattr(defaults, name)}  # fmt: skip
+    assert ports == contract_ports()[image]
+    set_here = [k for k in env(final_stage(BY_NAME[image])) if k.endswith("_PORT")]
+    assert set_here == []
 
 
 @pytest.mark.parametrize("image", IMAGES, ids=lambda i: i.name)

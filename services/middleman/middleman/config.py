@@ -18,9 +18,9 @@ PLACEMENTS = (IN_POD, REMOTE, IN_PROCESS)
 class Config:
     # Listen address (gRPC, REST and /metrics) / gRPC port (KServe v2).
     host: str = "0.0.0.0"
-    port: int = 8080
-    # KServe v2 HTTP/REST (Triton's HTTP port; docs/calling.md).
-    rest_port: int = 8000
+    port: int = 8090
+    # KServe v2 HTTP/REST (Triton's HTTP/REST protocol; docs/calling.md).
+    rest_port: int = 8093
     metrics_port: int = 9180  # Prometheus /metrics
     # Where inference goes: Triton directly, the batcher, or Envoy in front of either.
     triton_url: str = "localhost:8001"
