@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from eds import config as eds_config
 from inferline import catalog
 from inferline.config import ConfigError, load
 from inferline_stack import certs, services
-from inferline_stack.config import PORT_FIELDS, PREFIX, StackConfig
+from inferline_stack.config import CLUSTERS, PORT_FIELDS, PREFIX, StackConfig
 from inferline_testing.ports import bindable, config_on_free_ports
 
 
@@ -241,3 +242,9 @@ def test_a_listed_model_missing_from_the_repository_is_named(tmp_path: Path) -> 
         "`make model MODELS=efficientnet_lite2` builds a built-in one, "
         "`python -m inferline_models add` imports your own"
     )
+
+
+def test_the_control_planes_default_clusters_are_the_stacks() -> None:
+    """eds alone (make deploy's, a developer's) declares every cluster Envoy has, as the
+    stack's does."""
+    assert set(eds_config.Config().service_names) == set(CLUSTERS)

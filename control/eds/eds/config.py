@@ -20,8 +20,9 @@ class Config:
     # Where endpoints come from: "file" (the local stack) or "kubernetes" (EndpointSlices).
     source: str = "file"
     # Clusters that always exist (empty until a source fills them) and, for Kubernetes, the
-    # Services whose EndpointSlices are watched.
-    services: str = "middleman,preprocess,batcher,triton"
+    # Services whose EndpointSlices are watched: each of Envoy's clusters (middleman's REST port
+    # is a cluster, and a Service, of its own).
+    services: str = "middleman,middleman-rest,preprocess,batcher,triton"
     # The source file: the endpoints file the local stack writes, read every poll interval.
     endpoints_file: str = ".run/endpoints.yaml"
     poll_interval_s: float = 0.1

@@ -12,7 +12,13 @@ def test_defaults_match_the_port_plan() -> None:
     config = load(Config, PREFIX, environ={})
     assert (config.port, config.metrics_port) == (18000, 9183)
     assert config.source == "file"
-    assert config.service_names == ("middleman", "preprocess", "batcher", "triton")
+    assert config.service_names == (
+        "middleman",
+        "middleman-rest",
+        "preprocess",
+        "batcher",
+        "triton",
+    )
 
 
 def test_services_are_a_comma_separated_list() -> None:
