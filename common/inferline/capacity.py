@@ -1,8 +1,8 @@
 """The pipeline's limits in one place: message sizes, admission, queues, Envoy's circuit breakers.
 
 Every service's default and the local stack's Envoy take their bounds from here, and
-``common/tests/test_capacity.py`` checks that they agree, so no inner hop refuses what an outer
-hop admitted:
+``stack/tests/test_stack_capacity.py`` and ``k8s/tests/test_capacity.py`` check that they
+agree, so no inner hop refuses what an outer hop admitted:
 
 * **messages**: a client's request may be up to :data:`MAX_MESSAGE_BYTES` (middleman's public
   limit). Inner hops carry the same bytes in their own framing (another model name, other
