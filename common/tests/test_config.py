@@ -40,12 +40,6 @@ def test_bad_value_names_the_variable(env: dict[str, str], argv: list[str], name
     assert named in str(caught.value)
 
 
-def test_config_is_frozen() -> None:
-    config = load(Example, "EX", [], {})
-    with pytest.raises(AttributeError):
-        config.port = 1  # type: ignore[misc]
-
-
 def test_environment_is_what_load_reads_back() -> None:
     env = environment(Example, "EX", port=9000, ratio=0.25, debug=True)
     assert env == {"EX_PORT": "9000", "EX_RATIO": "0.25", "EX_DEBUG": "true"}

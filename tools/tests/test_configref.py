@@ -104,3 +104,13 @@ def test_sizes_are_shown_in_binary_units_when_whole() -> None:
     assert configref.shown("max_batch", 64) == "`64`"
     assert configref.shown("grace_s", 5.0) == "`5`"
     assert configref.shown("tls_ca", "") == "empty"
+
+
+@pytest.mark.parametrize(("heading", "module", "name"), configref.CLASSES)
+def test_every_deployables_configuration_is_frozen(heading: str, module: str, name: str) -> None:
+    """A setting read at start-up cannot be changed behind the service's back."""
+    cls = getattr(importlib.import_module(module), name)
+    config = cls()
+    field = dataclasses.fields(cls)[0].name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(config, field, getattr(config, field))

@@ -52,8 +52,8 @@ async def test_a_batch_whose_callers_all_left_before_it_started_gives_its_slot_b
     inflight.limit += 1  # a slot appears (the adaptive limit rising) ...
     assert batcher.pump() is None  # ... and their batch is sent, behind their exits
     assert inflight.used == 2
-    for task in leaving:
-        assert (await asyncio.gather(task, return_exceptions=True))[0] is not None
+    outcomes = await asyncio.gather(*leaving, return_exceptions=True)
+    assert [type(outcome) for outcome in outcomes] == [asyncio.CancelledError] * 2  # they left
     upstream.gate.set()
     await blocker
     await wait_for_state(lambda: inflight.used == 0, WAIT_S, "every slot given back")
