@@ -169,5 +169,7 @@ async def test_with_shedding_off_every_refusal_is_middlemans(tmp_path: Path) -> 
     async with front_door(tmp_path, shed=False) as door:
         seen = await grpc_calls(door.envoy.listener("middleman"), 100)
         reached, _ = await door.middleman.stats()
-    assert seen.total() == reached == 100
-    assert {message for _, message in seen} != {SHED_MESSAGE}
+        shed = await door.shed()
+    assert seen.total() == reached == 100  # every request reached middleman ...
+    assert {status for status, _ in seen} == {"RESOURCE_EXHAUSTED"}  # ... which refused each
+    assert SHED_MESSAGE not in {message for _, message in seen} and shed == 0  # Envoy, none
