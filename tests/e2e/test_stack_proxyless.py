@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from inferline_envoy import admin as envoy_admin
 from inferline_stack.config import StackConfig
 from inferline_stack.processes import ProcessTable
 from inferline_stack.scale import scale
@@ -73,3 +74,8 @@ async def test_middleman_balances_over_the_batchers_itself(proxyless_stack: Stac
     print(recorder.summary())
     assert recorder.errors == 0, recorder.errors_by_code
     assert await asyncio.to_thread(taken, config, 0) > at_batcher_0
+    # and none of it went through Envoy: its batcher cluster was never sent a request
+    through_envoy = await envoy_admin.stats(
+        config.admin_url, r"^cluster\.batcher\.upstream_rq_total$"
+    )
+    assert through_envoy and set(through_envoy.values()) == {0}, through_envoy
