@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,6 +165,13 @@ class Probe(Process):
     async def items(self) -> int:
         """The items (rows) it was asked to infer, failed calls included."""
         return int(kserve.output_array(await self._stats(), "ITEMS")[0])
+
+    async def attempts(self) -> Counter[bytes]:
+        """How many times it was asked for each BYTES item (an encoded image), failed calls
+        included."""
+        reply = await self._stats()
+        asked, counts = kserve.output_array(reply, "ASKED"), kserve.output_array(reply, "ATTEMPTS")
+        return Counter({bytes(a): int(n) for a, n in zip(asked, counts, strict=True)})
 
     async def _stats(self) -> service_pb2.ModelInferResponse:
         async with grpc.aio.insecure_channel(self.address) as channel:

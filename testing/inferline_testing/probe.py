@@ -26,13 +26,14 @@ import asyncio
 import logging
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 
 import grpc
 import numpy as np
 from tritonclient.grpc import service_pb2
 
-from inferline import kserve, logs
+from inferline import kserve, logs, tensors
 from inferline.server import serve_until_signal
 from inferline.servicer import Context, KServeServicer, serve
 
@@ -59,6 +60,7 @@ class ProbeService(KServeServicer):
         self.max_batch_size = max_batch_size
         self.requests = self.items = 0
         self.first_request_unix = 0.0
+        self.attempts: Counter[bytes] = Counter()  # each BYTES item (an image): times asked
 
     def serves(self, name: str, version: str) -> bool:
         return True  # a probe answers for any model name
@@ -84,12 +86,17 @@ class ProbeService(KServeServicer):
             kserve.add_output(
                 response, "FIRST_REQUEST_UNIX", np.array([self.first_request_unix], np.float64)
             )
+            asked = list(self.attempts.items())
+            kserve.add_output(response, "ASKED", np.array([a for a, _ in asked], dtype=object))
+            kserve.add_output(response, "ATTEMPTS", np.array([n for _, n in asked], np.int64))
             return response
         if self.requests == 0:
             self.first_request_unix = time.time()
         self.requests += 1
         rows = request.inputs[0].shape[0] if request.inputs and request.inputs[0].shape else 1
         self.items += rows
+        if request.inputs and request.inputs[0].datatype == "BYTES" and request.raw_input_contents:
+            self.attempts.update(tensors.split_bytes(request.raw_input_contents[0]))
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         if self.fail is not None:
