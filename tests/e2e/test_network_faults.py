@@ -454,6 +454,8 @@ async def test_slow_replica_costs_no_request(tmp_path: Path) -> None:
         f"during {share[0][1]}/{share[1][1]}"
     )
     assert not traffic.failed, f"failed: {[(o.code, round(o.latency_ms)) for o in traffic.failed]}"
+    (_, fast_during), (_, slow_during) = share
+    assert slow_during < fast_during, share  # LEAST_REQUEST sent the slow replica less
 
 
 async def test_control_plane_cut_off(tmp_path: Path) -> None:
