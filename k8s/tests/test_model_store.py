@@ -141,7 +141,8 @@ def probe_repository(root: Path) -> Path:
 
 def tritonserver() -> tuple[Path, Path]:
     """PyTriton's server binary and the Python backend (with this interpreter's stub)."""
-    pytriton = pytest.importorskip("pytriton")
+    import pytriton  # a pinned dependency (requirements-dev.txt): missing fails, never skips
+
     root = Path(pytriton.__file__).parent / "tritonserver"
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     return root / "bin" / "tritonserver", root / "python_backend_stubs" / version
