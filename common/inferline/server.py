@@ -25,13 +25,13 @@ from inferline.tls import ServerTls
 logger = logging.getLogger(__name__)
 
 # One place for channel and server options: large tensors, keepalive that survives proxies.
-# Inner hops' limit by default; middleman's public one is in its own configuration.
-MAX_MESSAGE_BYTES = INNER_MESSAGE_BYTES
+# Messages up to the inner hops' limit by default (capacity.INNER_MESSAGE_BYTES); middleman's
+# public one is in its own configuration.
 # The most often a client may PING a server (Envoy's upstream keepalive sends one a second).
 PING_INTERVAL_MS = 500
 
 
-def server_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
+def server_options(max_message_bytes: int = INNER_MESSAGE_BYTES) -> list[tuple[str, int]]:
     return [
         ("grpc.max_receive_message_length", max_message_bytes),
         ("grpc.max_send_message_length", max_message_bytes),
@@ -45,7 +45,7 @@ def server_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str
 
 
 def channel_options(
-    max_message_bytes: int = MAX_MESSAGE_BYTES, keepalive_ms: int = 30000
+    max_message_bytes: int = INNER_MESSAGE_BYTES, keepalive_ms: int = 30000
 ) -> list[tuple[str, int]]:
     """A PING each ``keepalive_ms``, the connection closed when one goes unanswered as long:
     what a call in flight on it learns of a server that hangs (UNAVAILABLE)."""
@@ -94,7 +94,7 @@ async def start_server(
     register: Sequence[Register],
     service_names: Sequence[str],
     host: str = "0.0.0.0",
-    max_message_bytes: int = MAX_MESSAGE_BYTES,
+    max_message_bytes: int = INNER_MESSAGE_BYTES,
     tls: ServerTls | None = None,
     health_port: int | None = None,
     timing_as: str | None = None,

@@ -9,8 +9,9 @@ import grpc
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferline import __version__
+from inferline.capacity import INNER_MESSAGE_BYTES
 from inferline.errors import InferError
-from inferline.server import MAX_MESSAGE_BYTES, RunningServer, start_server
+from inferline.server import RunningServer, start_server
 from inferline.tls import ServerTls
 
 Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
@@ -22,7 +23,7 @@ async def serve(
     port: int,
     servicer: service_pb2_grpc.GRPCInferenceServiceServicer,
     host: str = "0.0.0.0",
-    max_message_bytes: int = MAX_MESSAGE_BYTES,
+    max_message_bytes: int = INNER_MESSAGE_BYTES,
     tls: ServerTls | None = None,
     health_port: int | None = None,
     timing_as: str | None = None,
