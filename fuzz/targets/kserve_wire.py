@@ -3,7 +3,6 @@ every check the hops make (:mod:`fuzz.targets.checks`)."""
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 from typing import TypeAlias
 
@@ -11,6 +10,7 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
 from fuzz.targets import checks
+from inferline.tensors import join_bytes
 
 Request: TypeAlias = service_pb2.ModelInferRequest
 
@@ -27,10 +27,6 @@ def setup() -> Callable[[bytes], None]:
     return one_input
 
 
-def _bytes(*items: bytes) -> bytes:
-    return b"".join(struct.pack("<I", len(item)) + item for item in items)
-
-
 def requests() -> dict[str, Request]:
     """Requests as the clients send them: tritonclient's raw contents, typed contents, the
     classification extension, video sampling parameters, geometry parameters."""
@@ -42,12 +38,12 @@ def requests() -> dict[str, Request]:
 
     request = Request(model_name="classifier", id="one")
     request.inputs.add(name="IMAGE", datatype="BYTES", shape=[1, 1])
-    request.raw_input_contents.append(_bytes(jpeg))
+    request.raw_input_contents.append(join_bytes([jpeg]))
     made["classifier_one_image"] = request
 
     request = Request(model_name="classifier", id="two")
     request.inputs.add(name="IMAGE", datatype="BYTES", shape=[2])
-    request.raw_input_contents.append(_bytes(jpeg, png))
+    request.raw_input_contents.append(join_bytes([jpeg, png]))
     output = request.outputs.add(name="PROBABILITIES")
     output.parameters["classification"].int64_param = 3
     made["classifier_top3"] = request
@@ -59,7 +55,7 @@ def requests() -> dict[str, Request]:
 
     request = Request(model_name="classifier_video", id="clip")
     request.inputs.add(name="VIDEO", datatype="BYTES", shape=[1])
-    request.raw_input_contents.append(_bytes(b"\0\0\0\x18ftypisom" + bytes(64)))
+    request.raw_input_contents.append(join_bytes([b"\0\0\0\x18ftypisom" + bytes(64)]))
     request.parameters["fps"].double_param = 2.0
     request.parameters["max_frames"].int64_param = 8
     output = request.outputs.add(name="PROBABILITIES")
@@ -69,7 +65,7 @@ def requests() -> dict[str, Request]:
 
     request = Request(model_name="preprocess")
     request.inputs.add(name="IMAGE", datatype="BYTES", shape=[1])
-    request.raw_input_contents.append(_bytes(jpeg))
+    request.raw_input_contents.append(join_bytes([jpeg]))
     request.parameters["resize"].int64_param = 292
     request.parameters["crop"].int64_param = 260
     request.outputs.add(name="ERRORS")

@@ -18,7 +18,6 @@ file. What reaches the pool is counted at the replicas themselves.
 from __future__ import annotations
 
 import asyncio
-import struct
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -39,6 +38,7 @@ from inferline_testing.harness import (
     Probe,
     envoy_params,
 )
+from inferline_testing.requests import bytes_request
 
 pytestmark = pytest.mark.e2e
 
@@ -92,11 +92,7 @@ async def chain(tmp_path: Path, fails: tuple[str, ...], **batcher: object) -> As
 
 
 def image_request(i: int) -> service_pb2.ModelInferRequest:
-    image = f"image {i}".encode()
-    request = service_pb2.ModelInferRequest(model_name="classifier", id=str(i))
-    request.inputs.add(name="IMAGE", datatype="BYTES", shape=[1, 1])
-    request.raw_input_contents.append(struct.pack("<I", len(image)) + image)
-    return request
+    return bytes_request([f"image {i}".encode()], shape=[1, 1], request_id=str(i))
 
 
 async def callers(target: str, concurrency: int, each: int) -> Counter[str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import struct
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -33,6 +32,7 @@ from inferline_envoy.config import SHED_MESSAGE
 from inferline_stack import scaling
 from inferline_testing.harness import EdsProcess, EnvoyProcess, Probe, envoy_params
 from inferline_testing.ports import free_port
+from inferline_testing.requests import bytes_request
 
 pytestmark = pytest.mark.e2e
 
@@ -94,11 +94,7 @@ async def front_door(tmp_path: Path, shed: bool = True) -> AsyncIterator[FrontDo
 
 
 def image_request(i: int) -> service_pb2.ModelInferRequest:
-    image = f"image {i}".encode()
-    request = service_pb2.ModelInferRequest(model_name="classifier", id=str(i))
-    request.inputs.add(name="IMAGE", datatype="BYTES", shape=[1, 1])
-    request.raw_input_contents.append(struct.pack("<I", len(image)) + image)
-    return request
+    return bytes_request([f"image {i}".encode()], shape=[1, 1], request_id=str(i))
 
 
 async def grpc_calls(target: str, count: int, concurrency: int = 8) -> Counter[tuple[str, str]]:

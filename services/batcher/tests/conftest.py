@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -22,6 +21,7 @@ from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 from batcher import app
 from batcher.config import Config
 from batcher.service import BatcherService
+from inferline_testing import requests as built
 
 WAIT_S = 30.0  # generous: only bounds how long a broken run takes to fail
 POISON = b"POISON"  # an item starting with this fails its whole batch upstream
@@ -133,10 +133,7 @@ def infer_request(
 
 
 def bytes_request(items: list[bytes], request_id: str) -> Any:
-    request = service_pb2.ModelInferRequest(model_name="echo", id=request_id)
-    request.inputs.add(name="TEXT", datatype="BYTES", shape=[len(items)])
-    request.raw_input_contents.append(b"".join(struct.pack("<I", len(i)) + i for i in items))
-    return request
+    return built.bytes_request(items, "echo", "TEXT", request_id=request_id)
 
 
 async def serve(register: Callable[[grpc.aio.Server], None]) -> tuple[grpc.aio.Server, int]:

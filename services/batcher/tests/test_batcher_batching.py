@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import struct
 from typing import Any
 
 import numpy as np
@@ -20,7 +19,7 @@ from batcher.batching import (
     raw_input_views,
     split,
 )
-from inferline.tensors import ITEM_BYTES
+from inferline.tensors import ITEM_BYTES, join_bytes
 
 DATATYPES = [*sorted(ITEM_BYTES), "BYTES"]
 TYPED = {  # datatypes a request may also send as typed contents, with the field
@@ -32,10 +31,6 @@ TYPED = {  # datatypes a request may also send as typed contents, with the field
     "FP64": "fp64_contents",
     "BYTES": "bytes_contents",
 }
-
-
-def join_bytes(items: list[bytes]) -> bytes:
-    return b"".join(struct.pack("<I", len(i)) + i for i in items)
 
 
 def tensor_data(draw: Any, datatype: str, shape: list[int], typed: bool) -> tuple[Any, bytes]:

@@ -11,7 +11,6 @@ chosen codes.
 from __future__ import annotations
 
 import asyncio
-import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -25,6 +24,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferline import kserve
 from inferline.imaging.decode import Geometry
+from inferline_testing import requests as built
 from middleman import app
 from middleman.classifiers import Classifier
 from middleman.config import Config
@@ -229,10 +229,7 @@ def bytes_request(
     model: str = "classifier",
 ) -> service_pb2.ModelInferRequest:
     """A ModelInferRequest with one BYTES input, Triton's length-prefixed raw encoding."""
-    request = service_pb2.ModelInferRequest(model_name=model, id="request-1")
-    request.inputs.add(name=name, datatype="BYTES", shape=[len(items)] if shape is None else shape)
-    request.raw_input_contents.append(b"".join(struct.pack("<I", len(i)) + i for i in items))
-    return request
+    return built.bytes_request(items, model, name, shape, request_id="request-1")
 
 
 async def call(

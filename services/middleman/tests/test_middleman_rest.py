@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import struct
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,6 +20,7 @@ from prometheus_client import REGISTRY
 from tritonclient.utils import InferenceServerException
 
 from inferline.labels import load_labels
+from inferline.tensors import join_bytes
 from inferline_testing.waits import wait_for_state
 from middleman import app
 
@@ -121,7 +121,7 @@ async def test_classification_extension_over_json(
 
 async def test_binary_tensors_both_ways(http: aiohttp.ClientSession, fake_triton: Fake) -> None:
     """The binary extension by hand: JSON header, then the length-prefixed BYTES tensor."""
-    raw = b"".join(struct.pack("<I", len(i)) + i for i in IMAGES)
+    raw = join_bytes(IMAGES)
     header = json.dumps({
         "inputs": [{"name": "IMAGE", "datatype": "BYTES", "shape": [2, 1],
                     "parameters": {"binary_data_size": len(raw)}}],
