@@ -31,6 +31,7 @@ from inferline_testing.overload import (
     short_deadlines,
     table,
 )
+from inferline_testing.requests import bytes_request
 from inferline_testing.stacks import own_stack
 
 pytestmark = pytest.mark.e2e
@@ -111,9 +112,7 @@ def request_of_size(size: int, images: int = 5) -> service_pb2.ModelInferRequest
     last = share
     for _ in range(8):  # a length prefix may grow by a byte as the payload does
         items = [*first, media.padded_jpeg(photo, last)]
-        request = service_pb2.ModelInferRequest(model_name="classifier", id="edge")
-        request.inputs.add(name="IMAGE", datatype="BYTES", shape=[images])
-        request.raw_input_contents.append(b"".join(len(i).to_bytes(4, "little") + i for i in items))
+        request = bytes_request(items, request_id="edge")
         if request.ByteSize() == size:
             return request
         last += size - request.ByteSize()

@@ -16,9 +16,9 @@ import tritonclient.http as http
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferline import timing
-from inferline.tensors import join_bytes
 from inferline_stack.config import StackConfig
 from inferline_testing import media
+from inferline_testing.requests import bytes_request
 
 pytestmark = pytest.mark.e2e
 
@@ -27,10 +27,7 @@ HOPS = ["envoy", "middleman", "queue", "batch", "decode", "infer"]
 
 def image_request() -> service_pb2.ModelInferRequest:
     image = media.encode(media.photo("chelsea")[:96, :128])
-    request = service_pb2.ModelInferRequest(model_name="classifier")
-    request.inputs.add(name="IMAGE", datatype="BYTES", shape=[1])
-    request.raw_input_contents.append(join_bytes([image]))
-    return request
+    return bytes_request([image])
 
 
 def assert_each_hop_once_within_the_whole(entries: list[timing.Entry]) -> None:
