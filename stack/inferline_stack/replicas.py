@@ -14,6 +14,7 @@ import time
 
 from eds.sources import endpoints_file
 from inferline_envoy import admin as envoy_admin
+from inferline_stack import envoy as stack_envoy
 from inferline_stack import leftovers, prometheus, scaling, services
 from inferline_stack.config import MAX_REPLICAS, StackConfig
 from inferline_stack.health import wait_until
@@ -122,7 +123,9 @@ def drain(config: StackConfig, table: ProcessTable, service: Service) -> None:
 
 def running_services(config: StackConfig, table: ProcessTable) -> list[Service]:
     """Every process of the stack that runs now: eds, Envoy, Prometheus, each replica."""
-    listed = [s for s in (services.eds(config), services.envoy(config)) if table.running(s.name)]
+    listed = [
+        s for s in (services.eds(config), stack_envoy.service(config)) if table.running(s.name)
+    ]
     if table.running(prometheus.PROMETHEUS):
         listed.append(prometheus.service(config))
     for service in config.services:

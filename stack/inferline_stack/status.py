@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from inferline_envoy import admin as envoy_admin
+from inferline_stack import envoy as stack_envoy
 from inferline_stack import prometheus, services, traceview
 from inferline_stack.config import StackConfig
 from inferline_stack.processes import ProcessTable
@@ -19,7 +20,7 @@ from inferline_stack.services import Service
 def processes(config: StackConfig, table: ProcessTable) -> list[Service]:
     """What should run: eds, Envoy, Prometheus (when wanted and installed), and each service's
     running replicas (at least replica 0)."""
-    listed = [services.eds(config), services.envoy(config)]
+    listed = [services.eds(config), stack_envoy.service(config)]
     if table.running(prometheus.PROMETHEUS) or (config.prometheus and prometheus.binary()):
         listed.append(prometheus.service(config))
     if table.running(traceview.MLFLOW) or traceview.runs_backend(config):

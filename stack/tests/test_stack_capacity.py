@@ -10,6 +10,7 @@ from batcher.config import Config as BatcherConfig
 from inferline import capacity
 from inferline.config import load
 from inferline_envoy import config as envoy_config
+from inferline_stack import envoy as stack_envoy
 from inferline_stack import services
 from inferline_stack.config import BATCHER, MAX_REPLICAS, MIDDLEMAN, PREPROCESS, StackConfig
 from middleman.config import Config as MiddlemanConfig
@@ -52,7 +53,7 @@ def test_the_defaults_hold_what_fan_in_middlemen_admit() -> None:
 
 
 def test_envoy_is_never_the_first_to_refuse() -> None:
-    rendered = envoy_config.render(services.envoy_params(StackConfig()))
+    rendered = envoy_config.render(stack_envoy.params(StackConfig()))
     clusters = rendered["static_resources"]["clusters"]
     admitted = MiddlemanConfig().max_inflight * MAX_REPLICAS
     eds_clusters = [c for c in clusters if c.get("type") == "EDS"]

@@ -10,6 +10,7 @@ from eds import config as eds_config
 from inferline import catalog
 from inferline.config import ConfigError, load
 from inferline_stack import certs, services
+from inferline_stack import envoy as stack_envoy
 from inferline_stack.config import CLUSTERS, PORT_FIELDS, PREFIX, StackConfig
 from inferline_testing.ports import bindable, config_on_free_ports
 
@@ -79,11 +80,11 @@ def test_tls_gives_every_service_its_certificate_and_envoy_the_clients(tmp_path:
     assert triton.tls is not None and triton.tls.cert == str(made / "envoy-client.crt")
     alone = StackConfig(run_dir=str(tmp_path), tls=True, placement="remote")
     assert f"--tls-ca={made / 'ca.crt'}" in services.replica(alone, "triton", 0).argv
-    params = services.envoy_params(config)
+    params = stack_envoy.params(config)
     assert params.public_tls_cert == str(made / "public.crt")
     assert params.tls_clusters == ("middleman", "preprocess", "batcher", "triton")
     plain = StackConfig(run_dir=str(tmp_path))
-    assert not services.envoy_params(plain).tls_clusters
+    assert not stack_envoy.params(plain).tls_clusters
     assert not services.replica(plain, "middleman", 0).certs
     assert not any("_TLS_" in k for k in env(plain, "middleman"))
 
@@ -101,7 +102,7 @@ def test_remade_certificates_restart_what_serves_them(tmp_path: Path) -> None:
 
 def stack_services(config: StackConfig) -> list[services.Service]:
     replicas = [services.replica(config, s, 0) for s in ("middleman", "preprocess", "triton")]
-    return [*replicas, services.envoy(config)]
+    return [*replicas, stack_envoy.service(config)]
 
 
 def env(config: StackConfig, service: str) -> dict[str, str]:
@@ -177,7 +178,7 @@ def test_a_changed_setting_changes_the_fingerprint() -> None:
 
 def test_envoy_is_rendered_for_the_stack_ports() -> None:
     config = StackConfig(public_port=18080, envoy_admin_port=19901, eds_port=28000)
-    envoy = services.envoy(config)
+    envoy = stack_envoy.service(config)
     assert "--disable-hot-restart" in envoy.argv
     assert "port_value: 18080" in envoy.inputs and "port_value: 19901" in envoy.inputs
     assert "port_value: 28000" in envoy.inputs

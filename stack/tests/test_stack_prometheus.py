@@ -6,6 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
+from inferline_stack import envoy as stack_envoy
 from inferline_stack import prometheus, services
 from inferline_stack.config import StackConfig
 from inferline_testing.prometheus import tool
@@ -40,7 +41,7 @@ def test_targets_follow_what_runs(tmp_path: Path) -> None:
     config = stack_config(tmp_path)
     triton0, triton1 = (services.replica(config, "triton", i) for i in (0, 1))
     middleman = services.replica(config, "middleman", 0)
-    running = [services.eds(config), services.envoy(config), triton0, triton1, middleman]
+    running = [services.eds(config), stack_envoy.service(config), triton0, triton1, middleman]
     prometheus.sync_targets(config, running)
     targets = tmp_path / "prometheus" / "targets"
     files = {path.name: json.loads(path.read_text()) for path in targets.glob("*.json")}
@@ -66,7 +67,7 @@ def test_targets_follow_what_runs(tmp_path: Path) -> None:
     assert files["inferline-middleman-0.json"][0]["labels"]["service"] == "middleman"
 
     unchanged = (targets / "triton-triton-0.json").stat().st_mtime_ns
-    prometheus.sync_targets(config, [services.eds(config), services.envoy(config), triton0])
+    prometheus.sync_targets(config, [services.eds(config), stack_envoy.service(config), triton0])
     assert not (targets / "triton-triton-1.json").exists()  # a drained replica leaves
     assert not (targets / "inferline-triton-1-preprocess.json").exists()  # with its pod
     assert not (targets / "inferline-middleman-0.json").exists()

@@ -11,6 +11,7 @@ from unittest import mock
 
 import pytest
 
+from inferline_stack import envoy as stack_envoy
 from inferline_stack import services, stack, traceview
 from inferline_stack.config import BATCHER, MIDDLEMAN, TRITON, StackConfig
 from inferline_stack.processes import ProcessTable
@@ -40,7 +41,7 @@ def test_tracing_on_without_an_endpoint_points_every_process_at_the_trace_view()
         assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://127.0.0.1:5123", name
         assert env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "http/protobuf", name
         assert env["OTEL_EXPORTER_OTLP_HEADERS"] == HEADER, name
-    envoy = services.envoy_params(config)
+    envoy = stack_envoy.params(config)
     assert envoy.otlp_endpoint == "http://127.0.0.1:5123/v1/traces"
     assert envoy.otlp_headers == HEADER
 
@@ -51,7 +52,7 @@ def test_an_endpoint_of_the_users_wins_and_no_trace_view_runs() -> None:
     assert not traceview.runs_backend(config)
     for name, env in every_process_env(config).items():
         assert not [k for k in env if k.startswith("OTEL_")], name  # they read the user's
-    assert services.envoy_params(config).otlp_endpoint == "http://collector:4318/v1/traces"
+    assert stack_envoy.params(config).otlp_endpoint == "http://collector:4318/v1/traces"
 
 
 def test_tracing_off_adds_nothing() -> None:
@@ -59,7 +60,7 @@ def test_tracing_off_adds_nothing() -> None:
     assert not traceview.runs_backend(config)
     for name, env in every_process_env(config).items():
         assert not [k for k in env if k.startswith("OTEL_")], name
-    assert not services.envoy_params(config).otlp_endpoint
+    assert not stack_envoy.params(config).otlp_endpoint
 
 
 def test_turning_tracing_on_restarts_the_services_with_it() -> None:
