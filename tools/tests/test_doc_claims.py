@@ -1,0 +1,55 @@
+"""What the docs name exists: every ``make`` target they tell a reader to run is a target of the
+Makefile, and every repository path they name in backticks is a file or folder of the
+repository. (Ports are held by tests/e2e/test_exposure.py, defaults by the generated
+configuration reference, links by test_doclinks.py.)"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = sorted(
+    [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("*/README.md"),
+     *ROOT.glob("*/*/README.md"), ROOT / "k8s" / "CONTRACT.md"]
+)  # fmt: skip
+TOP = sorted(p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith("."))
+MADE = ("build/", ".run/", ".venv")  # what set-up and the stack make, absent from a clone
+_MAKE = re.compile(r"`make ([a-z][a-z0-9-]*)")
+_TARGET = re.compile(r"^([a-zA-Z0-9_-]+):", re.M)
+_PATH = re.compile(r"`((?:%s)/[^`\s]*)`" % "|".join(map(re.escape, TOP)))
+
+
+def named(pattern: re.Pattern[str]) -> list[tuple[str, str]]:
+    """(page, what it names), but what a command is said to write (an output, made by running
+    it)."""
+    found = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for match in pattern.finditer(text):
+            if not re.search(
+                r"\bwrites? (to )?$", text[max(0, match.start() - 10) : match.start()]
+            ):
+                found.append((str(page.relative_to(ROOT)), match.group(1)))
+    return found
+
+
+def test_every_make_target_the_docs_name_exists() -> None:
+    targets = set(_TARGET.findall((ROOT / "Makefile").read_text(encoding="utf-8")))
+    missing = sorted({(page, target) for page, target in named(_MAKE) if target not in targets})
+    assert missing == []
+
+
+@pytest.mark.parametrize("page", [str(p.relative_to(ROOT)) for p in PAGES])
+def test_every_repository_path_a_page_names_exists(page: str) -> None:
+    missing = []
+    for where, path in named(_PATH):
+        if where != page or path.startswith(MADE) or re.search(r"[*<>{}$]|\.\.\.|…", path):
+            continue
+        clean = re.split(r"::|:\d|#", path)[0].rstrip(".,;:)")
+        here = (ROOT / page).parent  # a component's README names its own files from its folder
+        if not (ROOT / clean).exists() and not (here / clean).exists():
+            missing.append(path)
+    assert missing == []
