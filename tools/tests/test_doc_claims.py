@@ -19,7 +19,8 @@ TOP = sorted(p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startsw
 MADE = ("build/", ".run/", ".venv")  # what set-up and the stack make, absent from a clone
 _MAKE = re.compile(r"`make ([a-z][a-z0-9-]*)")
 _TARGET = re.compile(r"^([a-zA-Z0-9_-]+):", re.M)
-_PATH = re.compile(r"`((?:%s)/[^`\s]*)`" % "|".join(map(re.escape, TOP)))
+_TOPS = "|".join(map(re.escape, TOP))
+_PATH = re.compile(rf"`((?:{_TOPS})/[^`\s]*)`")
 
 
 def named(pattern: re.Pattern[str]) -> list[tuple[str, str]]:
