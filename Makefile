@@ -21,7 +21,7 @@ FUZZ_SECONDS ?= 60
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup certs token model publish-models mlflow up down status scale demo demo-web grafana images deploy undeploy verify-cluster checkov test test-containers fuzz lint check-packages format docs dashboards k8s-files bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload bench-faults soak clean
+.PHONY: help setup certs token model publish-models mlflow up down status scale demo demo-web grafana images deploy undeploy verify-cluster checkov test screenshots test-containers fuzz lint check-packages format docs dashboards k8s-files bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload bench-faults soak clean
 
 help: ## list the targets
 	@echo "inferline — scale-out inference pipeline (see README.md)"
@@ -147,6 +147,10 @@ grafana: ## Grafana (official container) on :3000 with inferline's dashboards, r
 test: MODELS = efficientnet_lite0 efficientnet_lite2  # the session's stack serves both
 test: model ## run every test (unit, service and end-to-end through the real Triton server); make test-containers runs the images
 	$(PY) -m pytest --ignore=tests/containers $(PYTEST_ARGS)
+
+screenshots: model mlflow ## refresh docs/images from the browser tests on the real pages: the web view under load (a second Triton), a video, a trace in MLflow's view
+	INFERLINE_SCREENSHOTS=docs/images $(PY) -m pytest -p no:randomly tests/e2e/test_web_view.py \
+		tests/e2e/test_trace_view.py -k "second_replica or video or from_every_process"
 
 test-containers: model ## build every image (stand-in bases where none can be pulled) and run the rendered cpu overlay's pods under podman: probes, security, a cat over gRPC and REST, scale-up, a GPU pod killed under load, clean stop (7 min from nothing, 3-4 with the layer cache; root, podman)
 	$(PY) -m pytest -p no:randomly --timeout=1200 tests/containers $(PYTEST_ARGS)

@@ -28,7 +28,7 @@ from tritonclient.utils import InferenceServerException
 from inferline_stack import traceview
 from inferline_stack.config import StackConfig
 from inferline_testing import tools
-from inferline_testing.browser import launch_args
+from inferline_testing.browser import launch_args, screenshot_path
 from inferline_testing.stacks import own_stack
 from inferline_testing.traced import classify, traceparent, unsampled
 from inferline_testing.waits import wait_for_state
@@ -88,7 +88,7 @@ def hex_id(value: str) -> str:
 
 
 async def test_the_stacks_trace_view_holds_one_request_from_every_process(
-    traced_stack: StackConfig, tmp_path: Path
+    traced_stack: StackConfig,
 ) -> None:
     config = traced_stack
     assert (Path(config.run_dir) / traceview.VIEW_FILE).read_text().strip() == (
@@ -120,7 +120,7 @@ async def test_the_stacks_trace_view_holds_one_request_from_every_process(
     assert [(r["name"], hex_id(r["parent_span_id"])) for r in roots] == [("middleman", caller)]
     assert sum(1 for s in spans if s["name"] == INFER) == 3  # middleman, batcher, the pod
 
-    await shows_the_trace(config, trace_id, tmp_path / "trace.png")
+    await shows_the_trace(config, trace_id, screenshot_path("trace-view.png"))
 
 
 async def test_two_requests_batched_together_are_one_batch_span_in_the_view_linked_to_both(

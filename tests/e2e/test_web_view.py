@@ -27,14 +27,12 @@ from inferline.labels import load_labels
 from inferline_stack.config import TRITON, StackConfig
 from inferline_stack.services import triton_replica
 from inferline_testing import media, stack_cli
-from inferline_testing.browser import launch_args
+from inferline_testing.browser import launch_args, screenshot_path
 from inferline_testing.ports import free_port
 from inferline_testing.waits import wait_for
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
-SCREENSHOT = ROOT / "build" / "artifacts" / "web-view.png"
 WAIT_S = 120.0  # generous: only bounds how long a broken run takes to fail
 SCALE_WAIT_S = 300.0  # a second Triton with the real model, on a busy machine
 CONCURRENCY = 8
@@ -154,17 +152,14 @@ async def test_the_web_view_shows_a_second_replica_after_a_scale_up(
                 assert await page.locator(f'#replicas tr[data-replica="{second}"]').count() == 1
                 await page.wait_for_selector("#recent img")  # labelled images in the strip
                 assert await last_value(page, total) > 0
-                SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-                await page.screenshot(path=str(SCREENSHOT), full_page=True)
-                print(f"web view screenshot: {SCREENSHOT}")
+                shot = screenshot_path("web-view.png")
+                await page.screenshot(path=str(shot), full_page=True)
+                print(f"web view screenshot: {shot}")
             finally:
                 await stack_cli.scale(stack, TRITON, 1)
         finally:
             await browser.close()
     assert page_errors == []
-
-
-VIDEO_SCREENSHOT = ROOT / "build" / "artifacts" / "web-video.png"
 
 
 @pytest.mark.timeout(600)
@@ -208,9 +203,9 @@ async def test_the_web_view_follows_a_video_streamed_in_chunks(
             units = await page.locator(".unit").all_text_contents()
             assert set(units) == {"frames"}, units
             assert float((await page.text_content("#images") or "0").replace(",", "")) >= 8
-            VIDEO_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-            await page.screenshot(path=str(VIDEO_SCREENSHOT), full_page=True)
-            print(f"web view (video) screenshot: {VIDEO_SCREENSHOT}")
+            shot = screenshot_path("web-video.png")
+            await page.screenshot(path=str(shot), full_page=True)
+            print(f"web view (video) screenshot: {shot}")
         finally:
             await browser.close()
             if proc.returncode is None:
