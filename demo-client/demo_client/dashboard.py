@@ -1,5 +1,5 @@
 """The web view's state: what the page shows, from the run's recorder, Envoy's per-host request
-counters, the images the pipeline labelled lately and the probe's timed requests (pure: no I/O
+counters, the images the pipeline labelled lately and the timer's requests (pure: no I/O
 and no clock of its own; every method that needs the time takes ``now``, monotonic seconds).
 
 Per-replica images/s are not measured at the replicas: each replica's *share of the cluster's
@@ -7,7 +7,7 @@ requests* in the last window (deltas of Envoy's cumulative ``rq_total`` per host
 images/s the client measured. With the batcher in front of Triton a request is a batch, so the
 split is exact when the replicas get batches of one size and close otherwise; the page says so.
 
-Where the time went comes from the probe (:mod:`demo_client.probe`): a request every half
+Where the time went comes from the timer (:mod:`demo_client.timer`): a request every half
 second beside the load, whose answer's ``Server-Timing`` becomes a stacked bar of each hop's own
 time (:func:`demo_client.hops.exclusive_segments`). The page shows the latest ones, and the
 slowest of the last minute with links to their traces when a trace view is configured.
@@ -28,8 +28,8 @@ WINDOW_S = 2.0  # the recorder's images/s window, and the shares' window
 HISTORY_EVERY_S = 0.5
 HISTORY_LEN = 240  # two minutes of points
 RECENT_LEN = 10
-PROBES_LEN = 20  # the probes drawn as bars, newest first
-SLOWEST_WINDOW_S = 60.0  # the slowest probes are of this last stretch
+TIMED_LEN = 20  # the timed requests drawn as bars, newest first
+SLOWEST_WINDOW_S = 60.0  # the slowest timed requests are of this last stretch
 SLOWEST_LEN = 5
 
 WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
@@ -67,8 +67,8 @@ class Frame:
 
 
 @dataclass(frozen=True)
-class Probed:
-    """A probe's request: one image, timed hop by hop, traced under a trace id of its own."""
+class TimedRequest:
+    """A timed request: one image, timed hop by hop, traced under a trace id of its own."""
 
     elapsed_s: float  # into the run, when its answer came
     trace_id: str  # 32 hex digits
@@ -143,9 +143,9 @@ class Dashboard:
     """What the page shows, as JSON-ready snapshots.
 
     ``run`` describes the run for the header (target, model, concurrency, …); ``images`` are
-    the names of the run's images, by index. ``probe_every_s``: how often a probe times a
-    request (``None``: no probe, and no timing panel); ``trace_view``: the template of a link to
-    a probe's trace (:mod:`demo_client.trace_view`; ``""``: no links).
+    the names of the run's images, by index. ``timer_every_s``: how often the timer times a
+    request (``None``: no timer, and no timing panel); ``trace_view``: the template of a link to
+    a timed request's trace (:mod:`demo_client.trace_view`; ``""``: no links).
     """
 
     def __init__(
@@ -157,9 +157,9 @@ class Dashboard:
         history_every_s: float = HISTORY_EVERY_S,
         history_len: int = HISTORY_LEN,
         recent_len: int = RECENT_LEN,
-        probe_every_s: float | None = None,
+        timer_every_s: float | None = None,
         trace_view: str = "",
-        probes_len: int = PROBES_LEN,
+        timed_len: int = TIMED_LEN,
         slowest_window_s: float = SLOWEST_WINDOW_S,
         slowest_len: int = SLOWEST_LEN,
     ) -> None:
@@ -178,14 +178,16 @@ class Dashboard:
         self._recent: deque[Labelled] = deque(maxlen=recent_len)
         self._frames: deque[Frame] = deque(maxlen=recent_len)
         self._video: dict[str, Any] | None = None  # a video run: its file and upload
-        self._probe_every_s = probe_every_s
+        self._timer_every_s = timer_every_s
         self._trace_view = trace_view
-        self._probes: deque[Probed] = deque(maxlen=probes_len)
+        self._timed: deque[TimedRequest] = deque(maxlen=timed_len)
         self._slowest_window_s = slowest_window_s
         self._slowest_len = slowest_len
-        self._window: deque[tuple[float, Probed]] = deque()  # (now, probe) of the last stretch
-        self.probes_failed = 0
-        self._probe_error = ""  # the last failure, in words
+        self._window: deque[tuple[float, TimedRequest]] = (
+            deque()
+        )  # (now, timed) of the last stretch
+        self.timed_failed = 0
+        self._timing_error = ""  # the last failure, in words
 
     # --- what happens --------------------------------------------------------------------------
     def waiting(self, message: str) -> None:
@@ -224,7 +226,7 @@ class Dashboard:
         """A video's sampled frame, classified."""
         self._frames.append(frame)
 
-    def probed(
+    def timed(
         self,
         now: float,
         elapsed_s: float,
@@ -232,19 +234,21 @@ class Dashboard:
         total_ms: float,
         timing: Mapping[str, float],
     ) -> None:
-        """A probe's answer: ``total_ms`` as the client measured it, ``timing`` as its
+        """A timed request's answer: ``total_ms`` as the client measured it, ``timing`` as its
         ``Server-Timing`` said (hop -> ms)."""
         segments = exclusive_segments(timing)
         segments[OUTSIDE] = outside_ms(segments, total_ms)
-        probe = Probed(elapsed_s, trace_id, total_ms, dict(timing), segments)
-        self._probes.append(probe)
-        self._window.append((now, probe))
+        timed = TimedRequest(elapsed_s, trace_id, total_ms, dict(timing), segments)
+        self._timed.append(timed)
+        self._window.append((now, timed))
         self._forget(now)
 
-    def probe_failed(self, now: float, elapsed_s: float, error: str) -> None:
-        """A probe's request failed (``error``: why, in words); it is counted and said."""
-        self.probes_failed += 1
-        self._probe_error = f"the last failed probe ({elapsed_s:.1f} s into the run): {error}"
+    def timing_failed(self, now: float, elapsed_s: float, error: str) -> None:
+        """A timed request failed (``error``: why, in words); it is counted and said."""
+        self.timed_failed += 1
+        self._timing_error = (
+            f"the last failed timed request ({elapsed_s:.1f} s into the run): {error}"
+        )
         self._forget(now)
 
     def _forget(self, now: float) -> None:
@@ -334,34 +338,34 @@ class Dashboard:
         }
 
     def _timing_json(self) -> dict[str, Any] | None:
-        """The probes: ``recent`` newest first, the ``slowest`` of the last stretch slowest
-        first, each with its segments (in ``hops``' order) and link; ``None`` without a probe."""
-        if self._probe_every_s is None:
+        """The timed requests: ``recent`` newest first, the ``slowest`` of the last stretch slowest
+        first, each with its segments (in ``hops``' order) and link; ``None`` without a timer."""
+        if self._timer_every_s is None:
             return None
         slowest = sorted((p for _, p in self._window), key=lambda p: -p.total_ms)
-        notes = [self._probe_error] if self._probe_error else []
-        if self._probes and not self._probes[-1].timing:
+        notes = [self._timing_error] if self._timing_error else []
+        if self._timed and not self._timed[-1].timing:
             notes.insert(0, "the latest answer carried no Server-Timing: only the client's total")
         hops = [*SEGMENTS, OUTSIDE]
         return {
-            "every_s": self._probe_every_s,
+            "every_s": self._timer_every_s,
             "hops": hops,
             "about": {name: ABOUT[name] for name in hops},
-            "recent": [self._probe_json(p) for p in reversed(self._probes)],
-            "slowest": [self._probe_json(p) for p in slowest[: self._slowest_len]],
-            "failed": self.probes_failed,
+            "recent": [self._timed_json(p) for p in reversed(self._timed)],
+            "slowest": [self._timed_json(p) for p in slowest[: self._slowest_len]],
+            "failed": self.timed_failed,
             "note": "; ".join(notes),
             "trace_view": bool(self._trace_view),
         }
 
-    def _probe_json(self, probe: Probed) -> dict[str, Any]:
+    def _timed_json(self, timed: TimedRequest) -> dict[str, Any]:
         return {
-            "trace_id": probe.trace_id,
-            "elapsed_s": round(probe.elapsed_s, 2),
-            "total_ms": round(probe.total_ms, 2),
-            "segments": {name: round(ms, 2) for name, ms in probe.segments.items()},
-            "server_timing": {hop: round(ms, 2) for hop, ms in probe.timing.items()},
-            "trace_url": trace_url(self._trace_view, probe.trace_id),
+            "trace_id": timed.trace_id,
+            "elapsed_s": round(timed.elapsed_s, 2),
+            "total_ms": round(timed.total_ms, 2),
+            "segments": {name: round(ms, 2) for name, ms in timed.segments.items()},
+            "server_timing": {hop: round(ms, 2) for hop, ms in timed.timing.items()},
+            "trace_url": trace_url(self._trace_view, timed.trace_id),
         }
 
     def _history_json(self) -> dict[str, Any]:

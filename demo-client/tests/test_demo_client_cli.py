@@ -83,7 +83,7 @@ async def test_json_summary_counts_errors(
     assert summary["concurrency"] == 2
     assert summary["images_per_s"] > 0
     assert 0 < summary["p50_ms"] <= summary["p95_ms"] <= summary["p99_ms"]
-    assert len(servicer.traceparents) == traced  # no probe without the web view
+    assert len(servicer.traceparents) == traced  # no timed request without the web view
 
 
 async def test_duration_run_with_batches(target: str, good_images: Path, tmp_path: Path) -> None:
@@ -257,7 +257,7 @@ async def test_web_view_serves_the_running_load(
             return None if proc.returncode is None else f"it exited {proc.returncode}"
 
         snapshot = await wait_for(
-            labelled, 60, "images, labels and probes on the page", abort=exited
+            labelled, 60, "images, labels and timed requests on the page", abort=exited
         )
         async with session.get(f"{url}/") as response:
             assert response.status == 200 and "inferline demo" in await response.text()
@@ -267,10 +267,10 @@ async def test_web_view_serves_the_running_load(
     assert re.fullmatch(r"class \d+", recent["label"]) and 0 < recent["score"] <= 1
     assert not snapshot["replicas"]["available"]
     assert "--envoy-admin" in snapshot["replicas"]["note"]
-    probe = snapshot["timing"]["recent"][0]  # timed hop by hop, traced under its own id
-    assert probe["server_timing"]["infer"] == 4.0
-    assert probe["trace_url"] == f"http://traces.example/t/{probe['trace_id']}"
-    assert any(f"-{probe['trace_id']}-" in sent for sent in servicer.traceparents)
+    timed = snapshot["timing"]["recent"][0]  # timed hop by hop, traced under its own id
+    assert timed["server_timing"]["infer"] == 4.0
+    assert timed["trace_url"] == f"http://traces.example/t/{timed['trace_id']}"
+    assert any(f"-{timed['trace_id']}-" in sent for sent in servicer.traceparents)
     proc.send_signal(signal.SIGINT)
     r = await finish(proc)
     assert r.rc == 0, r.err

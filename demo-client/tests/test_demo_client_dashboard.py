@@ -223,21 +223,21 @@ def trace_id(n: int) -> str:
     return f"{n:032x}"
 
 
-def probing(**kwargs: Any) -> Dashboard:
-    return Dashboard({}, [], probe_every_s=0.5, **kwargs)
+def timing_board(**kwargs: Any) -> Dashboard:
+    return Dashboard({}, [], timer_every_s=0.5, **kwargs)
 
 
-def test_a_probe_is_its_segments_its_total_and_its_trace_link() -> None:
-    board = probing(trace_view=TRACE_VIEW)
-    board.probed(100.0, 2.5, trace_id(7), 12.0, TIMING)
+def test_a_timed_request_is_its_segments_its_total_and_its_trace_link() -> None:
+    board = timing_board(trace_view=TRACE_VIEW)
+    board.timed(100.0, 2.5, trace_id(7), 12.0, TIMING)
     timing = json.loads(json.dumps(board.snapshot(Recorder())["timing"]))
     assert timing["every_s"] == 0.5 and timing["trace_view"] is True
     assert timing["hops"] == [
         "envoy", "middleman", "queue", "pod & network", "decode", "infer", "client & network",
     ]  # fmt: skip
     assert set(timing["about"]) == set(timing["hops"])
-    (probe,) = timing["recent"]
-    assert probe == {
+    (timed,) = timing["recent"]
+    assert timed == {
         "trace_id": trace_id(7),
         "elapsed_s": 2.5,
         "total_ms": 12.0,
@@ -253,58 +253,59 @@ def test_a_probe_is_its_segments_its_total_and_its_trace_link() -> None:
         "server_timing": TIMING,
         "trace_url": TRACE_VIEW.replace("{trace_id}", trace_id(7)),
     }
-    assert timing["slowest"] == [probe]
+    assert timing["slowest"] == [timed]
     assert timing["failed"] == 0 and timing["note"] == ""
 
 
-def test_probes_without_a_trace_view_have_no_links() -> None:
-    board = probing()
-    board.probed(100.0, 1.0, trace_id(1), 10.0, TIMING)
+def test_timed_requests_without_a_trace_view_have_no_links() -> None:
+    board = timing_board()
+    board.timed(100.0, 1.0, trace_id(1), 10.0, TIMING)
     timing = board.snapshot(Recorder())["timing"]
     assert timing["trace_view"] is False
     assert timing["recent"][0]["trace_url"] is None
 
 
-def test_recent_probes_are_newest_first_and_bounded() -> None:
-    board = probing(probes_len=3)
+def test_recent_timed_requests_are_newest_first_and_bounded() -> None:
+    board = timing_board(timed_len=3)
     for n in range(5):
-        board.probed(100.0 + n, float(n), trace_id(n), 10.0 + n, TIMING)
+        board.timed(100.0 + n, float(n), trace_id(n), 10.0 + n, TIMING)
     recent = board.snapshot(Recorder())["timing"]["recent"]
     assert [p["trace_id"] for p in recent] == [trace_id(4), trace_id(3), trace_id(2)]
 
 
 def test_the_slowest_are_the_five_slowest_of_the_last_minute() -> None:
-    board = probing(probes_len=2)
-    board.probed(0.0, 0.0, trace_id(99), 500.0, TIMING)  # the slowest, but over a minute ago
+    board = timing_board(timed_len=2)
+    board.timed(0.0, 0.0, trace_id(99), 500.0, TIMING)  # the slowest, but over a minute ago
     totals = [30.0, 12.0, 45.0, 11.0, 50.0, 20.0, 40.0, 10.0]
     for n, total in enumerate(totals):
-        board.probed(11.0 + n, 11.0 + n, trace_id(n), total, TIMING)
-    board.probed(70.5, 70.5, trace_id(50), 5.0, TIMING)  # at 70.5: the one of 0.0 is forgotten
+        board.timed(11.0 + n, 11.0 + n, trace_id(n), total, TIMING)
+    board.timed(70.5, 70.5, trace_id(50), 5.0, TIMING)  # at 70.5: the one of 0.0 is forgotten
     slowest = board.snapshot(Recorder())["timing"]["slowest"]
     assert [p["total_ms"] for p in slowest] == [50.0, 45.0, 40.0, 30.0, 20.0]
     assert [p["trace_id"] for p in slowest][:2] == [trace_id(4), trace_id(2)]
 
 
-def test_a_failed_probe_is_counted_and_said() -> None:
-    board = probing()
-    board.probed(100.0, 1.0, trace_id(1), 10.0, TIMING)
-    board.probe_failed(100.5, 1.5, "UNAVAILABLE: no healthy upstream")
-    board.probe_failed(101.0, 2.0, "DEADLINE_EXCEEDED: no answer within 10 s")
+def test_a_failed_timed_request_is_counted_and_said() -> None:
+    board = timing_board()
+    board.timed(100.0, 1.0, trace_id(1), 10.0, TIMING)
+    board.timing_failed(100.5, 1.5, "UNAVAILABLE: no healthy upstream")
+    board.timing_failed(101.0, 2.0, "DEADLINE_EXCEEDED: no answer within 10 s")
     timing = board.snapshot(Recorder())["timing"]
     assert timing["failed"] == 2
     assert timing["note"] == (
-        "the last failed probe (2.0 s into the run): DEADLINE_EXCEEDED: no answer within 10 s"
+        "the last failed timed request (2.0 s into the run): "
+        "DEADLINE_EXCEEDED: no answer within 10 s"
     )
     assert [p["trace_id"] for p in timing["recent"]] == [trace_id(1)]  # the answers stay
 
 
 def test_an_answer_without_server_timing_is_all_client_and_network() -> None:
-    board = probing()
-    board.probed(100.0, 1.0, trace_id(1), 10.0, {})
+    board = timing_board()
+    board.timed(100.0, 1.0, trace_id(1), 10.0, {})
     timing = board.snapshot(Recorder())["timing"]
     assert timing["recent"][0]["segments"] == {"client & network": 10.0}
     assert "no Server-Timing" in timing["note"]
 
 
-def test_without_a_probe_there_is_no_timing_panel() -> None:
+def test_without_a_timed_request_there_is_no_timing_panel() -> None:
     assert Dashboard({}, []).snapshot(Recorder())["timing"] is None

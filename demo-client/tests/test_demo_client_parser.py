@@ -99,7 +99,7 @@ def test_each_command_takes_its_own_flags_and_has_its_default_model(
     assert {name: getattr(args, name) for name in expected} == expected
 
 
-def test_trace_view_links_each_probe_to_its_trace() -> None:
+def test_trace_view_links_each_timed_request_to_its_trace() -> None:
     template = "http://127.0.0.1:5000/#/experiments/0/traces?selectedEvaluationId=tr-{trace_id}"
     assert parse(["load", "--web", "--trace-view", template]).trace_view == template
     assert parse(["load", "--web"]).trace_view == ""  # no links

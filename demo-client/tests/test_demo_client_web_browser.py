@@ -17,23 +17,23 @@ from inferline_testing.browser import launch_args
 WAIT_MS = 30_000
 TRACE_VIEW = "http://127.0.0.1:5000/#/experiments/0/traces?selectedEvaluationId=tr-{trace_id}"
 TIMING = {"envoy": 9.0, "middleman": 8.5, "queue": 1.5, "batch": 6.0, "decode": 1.0, "infer": 4.0}
-SLOW = "5" * 32  # the slowest probe's trace id
+SLOW = "5" * 32  # the slowest timed request's trace id
 
 
-def probed_view() -> WebView:
-    """A running load's page with three probes answered (the second the slowest) and one
+def timed_view() -> WebView:
+    """A running load's page with three timed requests answered (the second the slowest) and one
     failed."""
     board = Dashboard(
         {"target": "t:1", "model": "classifier", "concurrency": 8, "batch": 1, "window_s": 2.0},
         ["a.jpg"],
-        probe_every_s=0.5,
+        timer_every_s=0.5,
         trace_view=TRACE_VIEW,
     )
     board.running()
-    board.probed(100.0, 0.5, "1" * 32, 12.0, TIMING)
-    board.probed(100.5, 1.0, SLOW, 36.0, {**TIMING, "envoy": 33.0, "infer": 28.0, "batch": 30.0})
-    board.probed(101.0, 1.5, "3" * 32, 12.0, TIMING)
-    board.probe_failed(101.5, 2.0, "UNAVAILABLE: no healthy upstream")
+    board.timed(100.0, 0.5, "1" * 32, 12.0, TIMING)
+    board.timed(100.5, 1.0, SLOW, 36.0, {**TIMING, "envoy": 33.0, "infer": 28.0, "batch": 30.0})
+    board.timed(101.0, 1.5, "3" * 32, 12.0, TIMING)
+    board.timing_failed(101.5, 2.0, "UNAVAILABLE: no healthy upstream")
     return WebView(board, Recorder(), [b"\xff\xd8\xff"], None, push_s=0.05)
 
 
@@ -42,7 +42,7 @@ async def test_the_timing_panel_draws_stacked_bars_and_links_the_slowest_to_thei
     from playwright.async_api import async_playwright
 
     page_errors: list[str] = []
-    async with probed_view().serving("127.0.0.1", 0) as url, async_playwright() as playwright:
+    async with timed_view().serving("127.0.0.1", 0) as url, async_playwright() as playwright:
         browser = await playwright.chromium.launch(**launch)
         try:
             page = await browser.new_page(viewport={"width": 1200, "height": 1000})
@@ -83,7 +83,7 @@ async def test_the_timing_panel_draws_stacked_bars_and_links_the_slowest_to_thei
             assert await link.get_attribute("target") == "_blank"
             assert await link.get_attribute("rel") == "noopener"
             note = await page.text_content("#timing-note") or ""
-            assert "1 probe request failed" in note and "UNAVAILABLE" in note
+            assert "1 timed request failed" in note and "UNAVAILABLE" in note
         finally:
             await browser.close()
     assert page_errors == []

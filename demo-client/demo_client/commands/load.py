@@ -20,10 +20,10 @@ from demo_client.commands import common
 from demo_client.commands.common import EXIT_FAILED, EXIT_OK, Command, UserError
 from demo_client.dashboard import WINDOW_S, Dashboard
 from demo_client.load import LoadConfig, RequestFactory, image_requests, run_load
-from demo_client.probe import PROBE_EVERY_S, Probe
 from demo_client.samples import DEFAULT_DEST, SamplesError, build_samples, image_files
 from demo_client.stats import Recorder
 from demo_client.timed import TimedClassifier
+from demo_client.timer import TIMER_EVERY_S, Timer
 from demo_client.transports import TRANSPORTS
 from demo_client.view import LiveView, RunInfo, summary_table
 from demo_client.web import WebView
@@ -79,7 +79,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     web = common.add_web_flags(
         parser,
         "images/s overall and per Triton replica, latency, errors by status, recent images with "
-        f"their top label, and where the time went: a probe request every {PROBE_EVERY_S:g} s "
+        f"their top label, and where the time went: a timed request every {TIMER_EVERY_S:g} s "
         "beside the load, timed hop by hop and traced",
     )
     web.add_argument(
@@ -87,7 +87,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         type=trace_view_template,
         default="",
-        help="link each probe to its trace: a trace viewer's URL with {trace_id} where the "
+        help="link each timed request to its trace: a trace viewer's URL with {trace_id} where the "
         "trace's 32 hex digits go, e.g. http://127.0.0.1:5000/#/experiments/0/traces"
         "?selectedEvaluationId=tr-{trace_id} (MLflow); default: no links",
     )
@@ -119,7 +119,7 @@ def _dashboard(args: argparse.Namespace, info: RunInfo, names: list[str]) -> Das
         "cluster": args.envoy_cluster,
         "window_s": WINDOW_S,
     }
-    return Dashboard(run, names, probe_every_s=PROBE_EVERY_S, trace_view=args.trace_view)
+    return Dashboard(run, names, timer_every_s=TIMER_EVERY_S, trace_view=args.trace_view)
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -168,8 +168,8 @@ async def run(args: argparse.Namespace) -> int:
             dashboard.running()
             timed = TimedClassifier(args.target, args.protocol, tls, args.token)
             await exits.enter_async_context(contextlib.aclosing(timed))
-            probe = Probe(timed, config.model, images, args.timeout, dashboard, recorder.elapsed)
-            await exits.enter_async_context(probe.running())
+            timer = Timer(timed, config.model, images, args.timeout, dashboard, recorder.elapsed)
+            await exits.enter_async_context(timer.running())
         with common.stop_on_signals(stop):
             if console is None:
                 summary = await run_load(clients, config, requests, recorder, stop)

@@ -217,7 +217,7 @@ function drawVideo(video) {
   }
 }
 
-// Where the time went: the probe's requests as stacked bars of each hop's own time (the
+// Where the time went: the timer's requests as stacked bars of each hop's own time (the
 // segments come in `timing.hops` order; widths are set through the CSSOM, which the page's
 // Content-Security-Policy allows, unlike style attributes).
 const SEGMENT_COLORS = ["#1f77b4", "#e8710a", "#9467bd", "#8c564b", "#2ca02c", "#d62728", "#b8c2cc"];
@@ -227,29 +227,29 @@ function segmentColor(hops, name) {
   return SEGMENT_COLORS[hops.indexOf(name) % SEGMENT_COLORS.length];
 }
 
-function breakdown(probe, hops) {
-  const parts = hops.filter((name) => name in probe.segments).map((name) => `${name} ${fmt(probe.segments[name])} ms`);
-  return `${fmt(probe.total_ms)} ms in all, ${fmt(probe.elapsed_s)} s into the run: ${parts.join(", ")}`;
+function breakdown(timed, hops) {
+  const parts = hops.filter((name) => name in timed.segments).map((name) => `${name} ${fmt(timed.segments[name])} ms`);
+  return `${fmt(timed.total_ms)} ms in all, ${fmt(timed.elapsed_s)} s into the run: ${parts.join(", ")}`;
 }
 
 // One request's row: when, the stacked bar (its length in proportion to `scaleMs`), its total.
-function timingRow(tag, probe, hops, scaleMs) {
-  const row = html(tag, { class: "bar-row", "data-trace-id": probe.trace_id, title: breakdown(probe, hops) });
+function timingRow(tag, timed, hops, scaleMs) {
+  const row = html(tag, { class: "bar-row", "data-trace-id": timed.trace_id, title: breakdown(timed, hops) });
   const track = html("div", { class: "track" });
   const bar = html("div", { class: "bar" });
-  const sum = hops.reduce((total, name) => total + (probe.segments[name] || 0), 0);
-  const span = Math.max(probe.total_ms, sum, 1e-9);
+  const sum = hops.reduce((total, name) => total + (timed.segments[name] || 0), 0);
+  const span = Math.max(timed.total_ms, sum, 1e-9);
   bar.style.width = `${Math.min(100, (100 * span) / scaleMs).toFixed(2)}%`;
   for (const name of hops) {
-    const ms = probe.segments[name];
+    const ms = timed.segments[name];
     if (!(ms > 0)) continue;
-    const segment = html("div", { class: "segment", "data-segment": name, title: `${name}: ${fmt(ms)} ms of ${fmt(probe.total_ms)} ms` });
+    const segment = html("div", { class: "segment", "data-segment": name, title: `${name}: ${fmt(ms)} ms of ${fmt(timed.total_ms)} ms` });
     segment.style.width = `${((100 * ms) / span).toFixed(2)}%`;
     segment.style.background = segmentColor(hops, name);
     bar.append(segment);
   }
   track.append(bar);
-  row.append(html("span", { class: "when" }, `${fmt(probe.elapsed_s)} s`), track, html("span", { class: "total" }, `${fmt(probe.total_ms)} ms`));
+  row.append(html("span", { class: "when" }, `${fmt(timed.elapsed_s)} s`), track, html("span", { class: "total" }, `${fmt(timed.total_ms)} ms`));
   return row;
 }
 
@@ -259,7 +259,7 @@ function drawTiming(timing) {
   const { hops, recent, slowest } = timing;
   $("timing-every").textContent = fmt(timing.every_s);
   const notes = [];
-  if (timing.failed) notes.push(`${timing.failed.toLocaleString("en-US")} probe request${timing.failed === 1 ? "" : "s"} failed`);
+  if (timing.failed) notes.push(`${timing.failed.toLocaleString("en-US")} timed request${timing.failed === 1 ? "" : "s"} failed`);
   if (timing.note) notes.push(timing.note);
   if (!timing.trace_view) notes.push("no trace view given (--trace-view): trace ids without links");
   $("timing-note").textContent = notes.join("; ");
@@ -278,17 +278,17 @@ function drawTiming(timing) {
   const scaleMs = Math.max(1e-9, ...recent.map((p) => p.total_ms), ...slowest.map((p) => p.total_ms));
   const bars = $("timing-bars");
   bars.replaceChildren();
-  if (!recent.length) bars.append(html("p", { class: "placeholder" }, "the probe's requests appear here as the load runs"));
-  for (const probe of recent) bars.append(timingRow("div", probe, hops, scaleMs));
+  if (!recent.length) bars.append(html("p", { class: "placeholder" }, "the timer's requests appear here as the load runs"));
+  for (const timed of recent) bars.append(timingRow("div", timed, hops, scaleMs));
   const list = $("slowest");
   list.replaceChildren();
   if (!slowest.length) list.append(html("li", { class: "placeholder" }, "none yet"));
-  for (const probe of slowest) {
-    const row = timingRow("li", probe, hops, scaleMs);
+  for (const timed of slowest) {
+    const row = timingRow("li", timed, hops, scaleMs);
     const trace = html("span", { class: "trace" });
-    const id = html("code", {}, probe.trace_id);
-    if (probe.trace_url) {
-      const link = html("a", { href: probe.trace_url, target: "_blank", rel: "noopener", title: "this request's trace" });
+    const id = html("code", {}, timed.trace_id);
+    if (timed.trace_url) {
+      const link = html("a", { href: timed.trace_url, target: "_blank", rel: "noopener", title: "this request's trace" });
       link.append(document.createTextNode("trace "), id);
       trace.append(link);
     } else {

@@ -1,14 +1,14 @@
-"""The web view's probe: where a request's time goes, hop by hop, while the load runs.
+"""The web view's timer: where a request's time goes, hop by hop, while the load runs.
 
 The load's requests go through tritonclient, whose clients return no answer's metadata, so they
-cannot say where their time went. Beside them the probe sends one image every
-:data:`PROBE_EVERY_S` seconds (the run's images in turn) with :class:`~demo_client.timed.
+cannot say where their time went. Beside them the timer sends one image every
+:data:`TIMER_EVERY_S` seconds (the run's images in turn) with :class:`~demo_client.timed.
 TimedClassifier`, which reads the answer's ``Server-Timing``, and gives each request a W3C
 ``traceparent`` of its own with the sampled flag set: the pipeline honours a caller's sampled
-flag at any sampling ratio, so every probe is traced end to end wherever the servers trace, under
-the trace id the page shows and links to. A probe is not part of the load: its latency goes to
-the dashboard only, never to the load's recorder. One that fails is counted and said on the page;
-it never stops the load.
+flag at any sampling ratio, so every timed request is traced end to end wherever the servers
+trace, under the trace id the page shows and links to. A timed request is not part of the load:
+its latency goes to the dashboard only, never to the load's recorder. One that fails is counted
+and said on the page; it never stops the load.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from demo_client.timed import Timed
 
 logger = logging.getLogger(__name__)
 
-PROBE_EVERY_S = 0.5
-TOP_K = 1  # the smallest answer: the probe wants its timing, not its classes
+TIMER_EVERY_S = 0.5
+TOP_K = 1  # the smallest answer: the timer wants its timing, not its classes
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def new_trace_context(token_hex: Callable[[int], str] = secrets.token_hex) -> Tr
 
 
 class Classifier(Protocol):
-    """What the probe calls: :class:`~demo_client.timed.TimedClassifier`."""
+    """What the timer calls: :class:`~demo_client.timed.TimedClassifier`."""
 
     async def classify(
         self, model: str, image: bytes, k: int, timeout_s: float, traceparent: str | None = None
@@ -71,7 +71,7 @@ class Classifier(Protocol):
 
 
 @dataclass(frozen=True)
-class Probe:
+class Timer:
     """Times one of ``images`` at a time at ``model`` with ``classifier``, into ``dashboard``;
     ``elapsed`` gives the seconds into the run (the recorder's) and ``clock`` monotonic time."""
 
@@ -81,17 +81,17 @@ class Probe:
     timeout_s: float
     dashboard: Dashboard
     elapsed: Callable[[], float]
-    every_s: float = PROBE_EVERY_S
+    every_s: float = TIMER_EVERY_S
     clock: Callable[[], float] = time.monotonic
 
     def __post_init__(self) -> None:
         if not self.images:
-            raise ValueError("no images to probe with")
+            raise ValueError("no images to time with")
         if not self.every_s > 0:
             raise ValueError("every_s must be positive")
 
     async def once(self, image: bytes) -> TraceContext:
-        """One probe request with ``image``, recorded as answered or failed; its context."""
+        """One timed request with ``image``, recorded as answered or failed; its context."""
         context = new_trace_context()
         started = self.clock()
         try:
@@ -100,21 +100,23 @@ class Probe:
             )
         except InferenceServerException as exc:
             self._failed(describe(exc))
-        except Exception as exc:  # a probe never stops the load: the page says what happened
-            logger.debug("the probe failed", exc_info=True)
+        except (
+            Exception
+        ) as exc:  # a timed request never stops the load: the page says what happened
+            logger.debug("the timer failed", exc_info=True)
             self._failed(f"{type(exc).__name__}: {exc}")
         else:
             now = self.clock()
             total_ms = (now - started) * 1000.0
-            self.dashboard.probed(now, self.elapsed(), context.trace_id, total_ms, answer.timing)
+            self.dashboard.timed(now, self.elapsed(), context.trace_id, total_ms, answer.timing)
         return context
 
     def _failed(self, error: str) -> None:
-        self.dashboard.probe_failed(self.clock(), self.elapsed(), error)
+        self.dashboard.timing_failed(self.clock(), self.elapsed(), error)
 
     async def run(self) -> None:
-        """A probe every ``every_s`` seconds (at once after one that took longer), the images
-        in turn, until cancelled."""
+        """A timed request every ``every_s`` seconds (at once after one that took longer), the
+        images in turn, until cancelled."""
         for n in itertools.count():
             started = self.clock()
             await self.once(self.images[n % len(self.images)])
@@ -122,12 +124,12 @@ class Probe:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """Probe in the background while the block runs."""
-        task = asyncio.create_task(self.run(), name="web-probe")
+        """Timer in the background while the block runs."""
+        task = asyncio.create_task(self.run(), name="web-timer")
         try:
             yield
         finally:
             task.cancel()
             await asyncio.wait({task})
             if not task.cancelled() and (error := task.exception()) is not None:
-                raise error  # a bug in the probe, not a failed request
+                raise error  # a bug in the timer, not a failed request

@@ -1,4 +1,4 @@
-"""The web view's probe: its trace contexts, and its requests to the in-process fake server over
+"""The web view's timer: its trace contexts, and its requests to the in-process fake server over
 gRPC and to a stand-in REST endpoint, timed hop by hop into the dashboard."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from aiohttp.test_utils import TestServer
 from multidict import CIMultiDict
 
 from demo_client.dashboard import Dashboard
-from demo_client.probe import Probe, new_trace_context
 from demo_client.stats import Recorder
 from demo_client.timed import TimedClassifier
+from demo_client.timer import Timer, new_trace_context
 from inferline_testing.waits import wait_for_state
 
 WAIT_S = 30.0
@@ -45,7 +45,7 @@ def test_a_trace_context_is_never_all_zeros() -> None:
 
 
 def board() -> Dashboard:
-    return Dashboard({}, [], probe_every_s=0.01, trace_view=TRACE_VIEW)
+    return Dashboard({}, [], timer_every_s=0.01, trace_view=TRACE_VIEW)
 
 
 def timing(dashboard: Dashboard) -> dict[str, Any]:
@@ -54,20 +54,20 @@ def timing(dashboard: Dashboard) -> dict[str, Any]:
     return panel
 
 
-def probe(classifier: TimedClassifier, dashboard: Dashboard, *images: bytes) -> Probe:
-    """A probe of ``images`` (or one of its own), 1.5 s into the run."""
-    chosen = images or (b"probe",)
-    return Probe(classifier, "classifier", chosen, 10.0, dashboard, lambda: 1.5, every_s=0.01)
+def timer(classifier: TimedClassifier, dashboard: Dashboard, *images: bytes) -> Timer:
+    """A timer of ``images`` (or one of its own), 1.5 s into the run."""
+    chosen = images or (b"timed",)
+    return Timer(classifier, "classifier", chosen, 10.0, dashboard, lambda: 1.5, every_s=0.01)
 
 
-async def test_a_probe_over_grpc_is_timed_and_traced_under_the_id_the_page_shows(
+async def test_a_timed_request_over_grpc_is_timed_and_traced_under_the_id_the_page_shows(
     fake: tuple[str, Any],
 ) -> None:
     target, servicer = fake
     dashboard = board()
     timed = TimedClassifier(target, "grpc")
     async with contextlib.aclosing(timed):
-        context = await probe(timed, dashboard).once(b"probe-grpc")
+        context = await timer(timed, dashboard).once(b"timed-grpc")
     assert context.traceparent in servicer.traceparents  # sent, sampled, as gRPC metadata
     (recorded,) = timing(dashboard)["recent"]
     assert recorded["trace_id"] == context.trace_id
@@ -77,18 +77,18 @@ async def test_a_probe_over_grpc_is_timed_and_traced_under_the_id_the_page_shows
     assert recorded["trace_url"] == f"http://traces.example/{context.trace_id}"
 
 
-async def test_a_failed_probe_is_counted_and_the_probe_goes_on(
+async def test_a_failed_timed_request_is_counted_and_the_timer_goes_on(
     fake: tuple[str, Any],
 ) -> None:
     target, servicer = fake
     dashboard = board()
     timed = TimedClassifier(target, "grpc")
-    bad = servicer.BAD + b" probe"
-    async with contextlib.aclosing(timed), probe(timed, dashboard, bad, b"probe-on").running():
+    bad = servicer.BAD + b" timed"
+    async with contextlib.aclosing(timed), timer(timed, dashboard, bad, b"timed-on").running():
         await wait_for_state(
-            lambda: dashboard.probes_failed >= 1 and timing(dashboard)["recent"],
+            lambda: dashboard.timed_failed >= 1 and timing(dashboard)["recent"],
             WAIT_S,
-            "a failed probe, then an answered one",
+            "a failed timed request, then an answered one",
         )
     assert "INVALID_ARGUMENT" in timing(dashboard)["note"]
 
@@ -114,18 +114,18 @@ async def rest() -> AsyncIterator[tuple[str, list[str]]]:
         yield f"127.0.0.1:{server.port}", seen
 
 
-async def test_a_probe_over_rest_is_timed_and_traced(rest: tuple[str, list[str]]) -> None:
+async def test_a_timed_request_over_rest_is_timed_and_traced(rest: tuple[str, list[str]]) -> None:
     target, seen = rest
     dashboard = board()
     timed = TimedClassifier(target, "http")
     async with contextlib.aclosing(timed):
-        context = await probe(timed, dashboard).once(b"probe-rest")
+        context = await timer(timed, dashboard).once(b"timed-rest")
     assert seen == [context.traceparent]  # sent as the traceparent header
     (recorded,) = timing(dashboard)["recent"]
     assert recorded["trace_id"] == context.trace_id
     assert recorded["server_timing"] == TIMING
 
 
-def test_a_probe_needs_images() -> None:
+def test_a_timed_request_needs_images() -> None:
     with pytest.raises(ValueError, match="no images"):
-        Probe(TimedClassifier("127.0.0.1:1", "grpc"), "classifier", [], 1.0, board(), float)
+        Timer(TimedClassifier("127.0.0.1:1", "grpc"), "classifier", [], 1.0, board(), float)
