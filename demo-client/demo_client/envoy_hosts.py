@@ -15,7 +15,7 @@ from typing import Any
 
 import aiohttp
 
-from demo_client.dashboard import Dashboard, HostCounters
+from demo_client.web_state import HostCounters, WebState
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ async def fetch_hosts(
 
 
 async def poll(
-    dashboard: Dashboard,
+    dashboard: WebState,
     admin: str,
     cluster: str,
     every_s: float = POLL_S,

@@ -26,8 +26,8 @@ from typing import Protocol
 from tritonclient.utils import InferenceServerException
 
 from demo_client.client import describe
-from demo_client.dashboard import Dashboard
 from demo_client.timed import Timed
+from demo_client.web_state import WebState
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class Timer:
     model: str
     images: Sequence[bytes]
     timeout_s: float
-    dashboard: Dashboard
+    dashboard: WebState
     elapsed: Callable[[], float]
     every_s: float = TIMER_EVERY_S
     clock: Callable[[], float] = time.monotonic

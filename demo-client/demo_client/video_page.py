@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from demo_client.dashboard import WINDOW_S, Dashboard, Frame
 from demo_client.stats import Recorder
 from demo_client.video import FrameLabel, VideoStream
 from demo_client.web import WebView
+from demo_client.web_state import WINDOW_S, Frame, WebState
 
 
 class VideoPage:
@@ -35,7 +35,7 @@ class VideoPage:
             "envoy_admin": envoy_admin,
             "cluster": cluster,
         }
-        self.board = Dashboard(run, [])
+        self.board = WebState(run, [])
         self.web = WebView(self.board, self.recorder, [], envoy_admin, cluster)
         self.answered = 0.0  # elapsed_s of the last answer
 

@@ -24,8 +24,8 @@ from importlib import resources
 from aiohttp import web
 
 from demo_client import envoy_hosts
-from demo_client.dashboard import Dashboard
 from demo_client.stats import Recorder
+from demo_client.web_state import WebState
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class Feed:
     one, after which the listeners end."""
 
     def __init__(
-        self, dashboard: Dashboard, recorder: Recorder, clock: Callable[[], float] = time.monotonic
+        self, dashboard: WebState, recorder: Recorder, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.dashboard = dashboard
         self.recorder = recorder
@@ -113,7 +113,7 @@ class WebView:
 
     def __init__(
         self,
-        dashboard: Dashboard,
+        dashboard: WebState,
         recorder: Recorder,
         images: Sequence[bytes],
         envoy_admin: str | None,

@@ -13,10 +13,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from multidict import CIMultiDict
 
-from demo_client.dashboard import Dashboard
 from demo_client.stats import Recorder
 from demo_client.timed import TimedClassifier
 from demo_client.timer import Timer, new_trace_context
+from demo_client.web_state import WebState
 from inferline_testing.waits import wait_for_state
 
 WAIT_S = 30.0
@@ -44,17 +44,17 @@ def test_a_trace_context_is_never_all_zeros() -> None:
     assert context.traceparent == f"00-{'ab' * 16}-{'cd' * 8}-01"
 
 
-def board() -> Dashboard:
-    return Dashboard({}, [], timer_every_s=0.01, trace_view=TRACE_VIEW)
+def board() -> WebState:
+    return WebState({}, [], timer_every_s=0.01, trace_view=TRACE_VIEW)
 
 
-def timing(dashboard: Dashboard) -> dict[str, Any]:
+def timing(dashboard: WebState) -> dict[str, Any]:
     """The page's timing panel."""
     panel: dict[str, Any] = dashboard.snapshot(Recorder())["timing"]
     return panel
 
 
-def timer(classifier: TimedClassifier, dashboard: Dashboard, *images: bytes) -> Timer:
+def timer(classifier: TimedClassifier, dashboard: WebState, *images: bytes) -> Timer:
     """A timer of ``images`` (or one of its own), 1.5 s into the run."""
     chosen = images or (b"timed",)
     return Timer(classifier, "classifier", chosen, 10.0, dashboard, lambda: 1.5, every_s=0.01)

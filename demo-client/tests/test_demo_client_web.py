@@ -14,9 +14,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from demo_client.dashboard import Dashboard
 from demo_client.stats import Recorder
 from demo_client.web import ASSETS, WebView, image_type, load_assets
+from demo_client.web_state import WebState
 from inferline_testing.ports import free_port
 from inferline_testing.waits import wait_for
 
@@ -26,7 +26,7 @@ PNG = b"\x89PNG\r\n\x1a\n" + b"png"
 
 
 def view(envoy_admin: str | None = None, **kwargs: Any) -> WebView:
-    board = Dashboard({"target": "t:1", "model": "classifier"}, ["a.jpg", "b.png"])
+    board = WebState({"target": "t:1", "model": "classifier"}, ["a.jpg", "b.png"])
     return WebView(board, Recorder(), [JPEG, PNG], envoy_admin, push_s=0.02, **kwargs)
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from demo_client.dashboard import Dashboard
 from demo_client.stats import Recorder
 from demo_client.web import WebView
+from demo_client.web_state import WebState
 from inferline_testing.browser import launch_args
 
 WAIT_MS = 30_000
@@ -23,7 +23,7 @@ SLOW = "5" * 32  # the slowest timed request's trace id
 def timed_view() -> WebView:
     """A running load's page with three timed requests answered (the second the slowest) and one
     failed."""
-    board = Dashboard(
+    board = WebState(
         {"target": "t:1", "model": "classifier", "concurrency": 8, "batch": 1, "window_s": 2.0},
         ["a.jpg"],
         timer_every_s=0.5,

@@ -19,10 +19,10 @@ from rich.console import Console, RenderableType
 
 from demo_client.argtypes import non_negative_float, port, positive_float
 from demo_client.client import wait_ready
-from demo_client.dashboard import Dashboard
 from demo_client.envoy_hosts import DEFAULT_ADMIN, DEFAULT_CLUSTER
 from demo_client.transports import TRANSPORTS, ClientTls
 from demo_client.web import WebView
+from demo_client.web_state import WebState
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # every request failed, a file could not be classified, no images, a video refused
@@ -176,7 +176,7 @@ async def wait_until_ready(
     client: object,
     args: argparse.Namespace,
     console: Console | None,
-    dashboard: Dashboard | None = None,
+    dashboard: WebState | None = None,
 ) -> None:
     """Wait for the server and ``--model``, saying so on the terminal and on the page."""
     waiting = f"waiting for {args.target} (model {args.model}) to be ready"

@@ -18,7 +18,6 @@ from demo_client.classify import Prediction, labelled_requests
 from demo_client.client import open_clients
 from demo_client.commands import common
 from demo_client.commands.common import EXIT_FAILED, EXIT_OK, Command, UserError
-from demo_client.dashboard import WINDOW_S, Dashboard
 from demo_client.load import LoadConfig, RequestFactory, image_requests, run_load
 from demo_client.samples import DEFAULT_DEST, SamplesError, build_samples, image_files
 from demo_client.stats import Recorder
@@ -27,6 +26,7 @@ from demo_client.timer import TIMER_EVERY_S, Timer
 from demo_client.transports import TRANSPORTS
 from demo_client.view import LiveView, RunInfo, summary_table
 from demo_client.web import WebView
+from demo_client.web_state import WINDOW_S, WebState
 
 DEFAULT_MODEL = "classifier"
 DEFAULT_DURATION_S = 30.0
@@ -111,7 +111,7 @@ def _read_images(directory: Path) -> list[tuple[str, bytes]]:
         raise UserError(f"cannot read images in {directory}: {exc}") from exc
 
 
-def _dashboard(args: argparse.Namespace, info: RunInfo, names: list[str]) -> Dashboard:
+def _dashboard(args: argparse.Namespace, info: RunInfo, names: list[str]) -> WebState:
     run = {
         **asdict(info),
         "rate": args.rate,
@@ -119,7 +119,7 @@ def _dashboard(args: argparse.Namespace, info: RunInfo, names: list[str]) -> Das
         "cluster": args.envoy_cluster,
         "window_s": WINDOW_S,
     }
-    return Dashboard(run, names, timer_every_s=TIMER_EVERY_S, trace_view=args.trace_view)
+    return WebState(run, names, timer_every_s=TIMER_EVERY_S, trace_view=args.trace_view)
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -147,7 +147,7 @@ async def run(args: argparse.Namespace) -> int:
     transport = TRANSPORTS[args.protocol]
     tls = common.client_tls(args)
     requests: RequestFactory = image_requests(images, args.batch, transport)
-    dashboard: Dashboard | None = None
+    dashboard: WebState | None = None
     async with contextlib.AsyncExitStack() as exits:
         if args.web:
             board = dashboard = _dashboard(args, info, names)

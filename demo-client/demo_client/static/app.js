@@ -1,6 +1,6 @@
 // inferline demo client: the live web view. Plain JavaScript and SVG, no library.
 // Reads the Server-Sent Events feed at /events: one JSON snapshot a message (the demo client's
-// dashboard.py says what is in it), a few times a second.
+// web_state.py says what is in it), a few times a second.
 "use strict";
 
 const SVG_NS = "http://www.w3.org/2000/svg";

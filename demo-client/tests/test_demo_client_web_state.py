@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from demo_client.dashboard import Dashboard, Frame, HostCounters, ReplicaShares
 from demo_client.envoy_hosts import parse_hosts
 from demo_client.stats import Recorder
+from demo_client.web_state import Frame, HostCounters, ReplicaShares, WebState
 
 A, B = "10.0.0.1:8001", "10.0.0.2:8001"
 
@@ -76,7 +76,7 @@ def test_snapshot_of_a_run_with_two_replicas() -> None:
     clock = Clock()
     recorder = running(clock)
     recorder.record_error("UNAVAILABLE", 0.001)
-    board = Dashboard({"target": "t:1", "model": "classifier"}, ["a.jpg", "b.jpg"])
+    board = WebState({"target": "t:1", "model": "classifier"}, ["a.jpg", "b.jpg"])
     board.running()
     board.envoy(clock.now - 1, hosts(a=10, b=0))
     board.envoy(clock.now, hosts(a=40, b=10))
@@ -109,7 +109,7 @@ def test_snapshot_of_a_run_with_two_replicas() -> None:
 def test_history_points_come_every_interval_and_align_replicas() -> None:
     clock = Clock()
     recorder = running(clock)
-    board = Dashboard({}, [], history_every_s=0.5, history_len=3)
+    board = WebState({}, [], history_every_s=0.5, history_len=3)
     board.tick(clock.now, recorder)
     assert board.snapshot(recorder)["history"]["t"] == []  # not running yet
     board.running()
@@ -131,7 +131,7 @@ def test_history_points_come_every_interval_and_align_replicas() -> None:
 def test_without_envoy_there_are_no_replica_lines() -> None:
     clock = Clock()
     recorder = running(clock)
-    board = Dashboard({}, [])
+    board = WebState({}, [])
     board.running()
     board.envoy(clock.now, hosts(a=1))
     board.envoy_unavailable("Envoy admin http://x:1 is not answering")
@@ -146,7 +146,7 @@ def test_without_envoy_there_are_no_replica_lines() -> None:
 
 
 def test_recent_images_are_newest_first_and_bounded() -> None:
-    board = Dashboard({}, ["x.jpg"], recent_len=2)
+    board = WebState({}, ["x.jpg"], recent_len=2)
     for n in range(3):
         board.labelled(float(n), 0, f"label {n}", 0.5)
     recent = board.snapshot(Recorder())["recent"]
@@ -200,7 +200,7 @@ def test_parse_hosts_of_one_cluster() -> None:
 
 
 def test_a_video_run_shows_its_upload_and_its_frames_newest_first() -> None:
-    board = Dashboard({"target": "t", "model": "classifier_video"}, [], recent_len=2)
+    board = WebState({"target": "t", "model": "classifier_video"}, [], recent_len=2)
     recorder = Recorder(concurrency=1, batch=1)
     assert board.snapshot(recorder)["video"] is None  # an image run has none
     board.video("cat.webm", 0, 1000)
@@ -223,8 +223,8 @@ def trace_id(n: int) -> str:
     return f"{n:032x}"
 
 
-def timing_board(**kwargs: Any) -> Dashboard:
-    return Dashboard({}, [], timer_every_s=0.5, **kwargs)
+def timing_board(**kwargs: Any) -> WebState:
+    return WebState({}, [], timer_every_s=0.5, **kwargs)
 
 
 def test_a_timed_request_is_its_segments_its_total_and_its_trace_link() -> None:
@@ -308,4 +308,4 @@ def test_an_answer_without_server_timing_is_all_client_and_network() -> None:
 
 
 def test_without_a_timed_request_there_is_no_timing_panel() -> None:
-    assert Dashboard({}, []).snapshot(Recorder())["timing"] is None
+    assert WebState({}, []).snapshot(Recorder())["timing"] is None

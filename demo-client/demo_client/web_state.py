@@ -139,7 +139,7 @@ class _Point:
     replicas: dict[str, float]
 
 
-class Dashboard:
+class WebState:
     """What the page shows, as JSON-ready snapshots.
 
     ``run`` describes the run for the header (target, model, concurrency, …); ``images`` are
