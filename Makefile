@@ -185,8 +185,9 @@ dashboards: setup ## write grafana/dashboards/*.json from their Python (grafana/
 	$(PY) -m grafana.dashboards_src
 	$(PY) -m tools.monitoring_files
 
-k8s-files: setup ## copy grafana/'s rules, dashboards and provisioning into k8s/components/monitoring/files (the dashboards into monitoring-operator/files too; kustomize reads nothing outside k8s/; a test checks they are current)
+k8s-files: setup ## copy grafana/'s rules, dashboards and provisioning into k8s/components/monitoring/files (the dashboards into monitoring-operator/files too; kustomize reads nothing outside k8s/) and generate the Operator's PrometheusRules from the rule files (tests check both are current)
 	$(PY) -m tools.monitoring_files
+	$(PY) -m tools.operator_rules
 
 bench: bench-pipeline bench-e2e bench-preprocess bench-eds bench-batcher bench-overload bench-faults ## every benchmark
 

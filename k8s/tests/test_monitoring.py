@@ -31,7 +31,7 @@ import yaml
 
 from inferline_testing import tools
 from inferline_testing.prometheus import tool
-from k8s.tests import operator_rules
+from tools import operator_rules
 from k8s.tests.manifests import (
     EVERYTHING_BY_PLACEMENT,
     K8S,
@@ -429,7 +429,7 @@ def test_prometheus_sends_its_alerts_to_the_alertmanager_which_accepts_its_confi
 def test_the_operator_rules_are_generated_from_the_rule_files() -> None:
     committed = operator_rules.OUTPUT.read_text(encoding="utf-8")
     assert committed == operator_rules.text(), (
-        "stale: run `.venv/bin/python k8s/tests/operator_rules.py`"
+        "stale: run `make k8s-files`"
     )
 
 
