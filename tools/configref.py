@@ -84,11 +84,15 @@ class Comments:
 
 
 def rows(module: ModuleType, named: Iterator[tuple[str, ast.stmt, Any]]) -> list[Row]:
-    """One row per commented name, with the uncommented names after it."""
-    comments = Comments(inspect.getsource(module))
+    """One row per commented name, with the uncommented names after it. A name's comment is
+    read in ``module``, or, for a field a Config inherits, in the module of its base."""
+    comments = {module.__name__: Comments(inspect.getsource(module))}
     table: list[Row] = []
     for name, node, value in named:
-        meaning = comments.of(node)
+        home = getattr(node, "inferline_module", module.__name__)
+        if home not in comments:
+            comments[home] = Comments(inspect.getsource(sys.modules[home]))
+        meaning = comments[home].of(node)
         if meaning:
             table.append(Row([name], [value], meaning))
         elif table:
@@ -100,16 +104,26 @@ def rows(module: ModuleType, named: Iterator[tuple[str, ast.stmt, Any]]) -> list
 
 
 def fields(cls: type) -> Iterator[tuple[str, ast.stmt, Any]]:
-    """(name, statement, default) of each field of the dataclass ``cls``, in order."""
-    tree = ast.parse(inspect.getsource(sys.modules[cls.__module__]))
-    body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
-    statements = {
-        n.target.id: n
-        for n in body.body
-        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
-    }
-    for field in dataclasses.fields(cls):
+    """(name, statement, default) of each field of the dataclass ``cls``: its own, in order,
+    then those it inherits (a statement from another module says which, ``inferline_module``)."""
+    statements: dict[str, ast.stmt] = {}
+    for klass in reversed(cls.__mro__[:-1]):  # a base's first, so that a class's own win
+        tree = ast.parse(inspect.getsource(sys.modules[klass.__module__]))
+        body = next(
+            n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == klass.__name__
+        )
+        for node in body.body:
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                node.inferline_module = klass.__module__  # type: ignore[attr-defined]
+                statements[node.target.id] = node
+    own = [f for f in dataclasses.fields(cls) if f.name in _own_annotations(cls)]
+    inherited = [f for f in dataclasses.fields(cls) if f not in own]
+    for field in [*own, *inherited]:
         yield field.name, statements[field.name], field.default
+
+
+def _own_annotations(cls: type) -> set[str]:
+    return set(inspect.get_annotations(cls))
 
 
 def constants(module: ModuleType) -> Iterator[tuple[str, ast.stmt, Any]]:

@@ -28,6 +28,23 @@ import grpc
 from inferline.config import ConfigError, env_name
 
 
+@dataclass(frozen=True)
+class Served:
+    """How a service's own ports are served: every service's ``Config`` inherits these fields
+    (one place for their defaults and meanings) and checks them with :func:`require_tls`."""
+
+    # TLS (inferline.tls), PEM files: with a certificate and key the service's own ports serve
+    # TLS (gRPC, and middleman's REST); with a CA too, mutual TLS (a client without a
+    # certificate that CA signed, such as Envoy's, is refused); a missing or non-PEM file stops
+    # start-up naming it (docs/reliability.md).
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_ca: str = ""
+    # A second, plaintext port that answers grpc.health.v1 only, with the gRPC port's statuses:
+    # for a kubelet's gRPC probe while that port asks every client for a certificate (0: none).
+    health_port: int = 0
+
+
 class TlsSettings(Protocol):
     """The three fields a service's config dataclass carries."""
 

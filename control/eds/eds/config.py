@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inferline.config import require
-from inferline.tls import require_tls
+from inferline.tls import Served, require_tls
 
 PREFIX = "INFERLINE_EDS"
 SOURCES = ("file", "kubernetes")
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(Served):
     # Listen address (xDS and /metrics) / xDS (ADS, EDS, CDS, LDS, RDS) over gRPC.
     host: str = "0.0.0.0"
     port: int = 18000
@@ -31,15 +31,6 @@ class Config:
     kubeconfig: str = ""  # empty: in-cluster config, else ~/.kube/config
     watch_timeout_s: int = 300  # seconds the API server keeps a watch open; then it is renewed
     grace_s: float = 2.0  # graceful-stop grace on SIGTERM
-    # TLS (inferline.tls), PEM files: with a certificate and key the xDS port serves TLS; with a
-    # CA too, mutual TLS (Envoy must present a certificate that CA signed); a missing or non-PEM
-    # file stops start-up naming it.
-    tls_cert: str = ""
-    tls_key: str = ""
-    tls_ca: str = ""
-    # A second, plaintext port that answers grpc.health.v1 only, with the gRPC port's statuses:
-    # for a kubelet's gRPC probe while that port asks every client for a certificate (0: none).
-    health_port: int = 0
 
     def __post_init__(self) -> None:
         require(0 <= self.port < 65536, PREFIX, "port", "must be a TCP port (0 picks one)")

@@ -6,13 +6,13 @@ from dataclasses import dataclass
 
 from inferline import capacity
 from inferline.config import require
-from inferline.tls import require_tls
+from inferline.tls import Served, require_tls
 
 PREFIX = "INFERLINE_BATCHER"
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(Served):
     # Listen address (gRPC and /metrics) / gRPC port.
     host: str = "0.0.0.0"
     port: int = 8092
@@ -41,15 +41,6 @@ class Config:
     # The message limit (a merged batch must fit it) / graceful-stop grace on SIGTERM.
     max_message_bytes: int = capacity.INNER_MESSAGE_BYTES
     grace_s: float = 5.0
-    # TLS (inferline.tls), PEM files: with a certificate and key the gRPC port serves TLS; with a
-    # CA too, mutual TLS (a client without a certificate that CA signed, such as Envoy's, is
-    # refused); a missing or non-PEM file stops start-up naming it (docs/reliability.md).
-    tls_cert: str = ""
-    tls_key: str = ""
-    tls_ca: str = ""
-    # A second, plaintext port that answers grpc.health.v1 only, with the gRPC port's statuses:
-    # for a kubelet's gRPC probe while that port asks every client for a certificate (0: none).
-    health_port: int = 0
 
     def __post_init__(self) -> None:
         require(0 <= self.port < 65536, PREFIX, "port", "must be a TCP port (0 picks one)")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from inferline import capacity
 from inferline.config import require
 from inferline.imaging.settings import require_video_settings
-from inferline.tls import require_tls
+from inferline.tls import Served, require_tls
 
 PREFIX = "INFERLINE_MIDDLEMAN"
 IN_POD, REMOTE, IN_PROCESS = "in-pod", "remote", "in-process"
@@ -15,7 +15,7 @@ PLACEMENTS = (IN_POD, REMOTE, IN_PROCESS)
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(Served):
     # Listen address (gRPC, REST and /metrics) / gRPC port (KServe v2).
     host: str = "0.0.0.0"
     port: int = 8090
@@ -85,16 +85,6 @@ class Config:
     # A model without a card: its labels, one per line; empty: ImageNet-1k.
     labels_file: str = ""
     grace_s: float = 5.0  # graceful-stop grace on SIGTERM
-    # TLS (inferline.tls), PEM files: with a certificate and key the gRPC and REST ports serve
-    # TLS; with a CA too, mutual TLS (a client without a certificate that CA signed, such as
-    # Envoy's, is refused); a missing or non-PEM file stops start-up naming it
-    # (docs/reliability.md).
-    tls_cert: str = ""
-    tls_key: str = ""
-    tls_ca: str = ""
-    # A second, plaintext port that answers grpc.health.v1 only, with the gRPC port's statuses:
-    # for a kubelet's gRPC probe while that port asks every client for a certificate (0: none).
-    health_port: int = 0
 
     def __post_init__(self) -> None:
         require(0 <= self.port < 65536, PREFIX, "port", "must be a TCP port (0 picks one)")

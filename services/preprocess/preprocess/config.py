@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from inferline import capacity
 from inferline.config import require
 from inferline.imaging.settings import require_video_settings
-from inferline.tls import require_tls
+from inferline.tls import Served, require_tls
 from preprocess.shm import PREFIX as SHM_PREFIX
 
 PREFIX = "INFERLINE_PREPROCESS"
@@ -26,7 +26,7 @@ def usable_cores() -> int:
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(Served):
     # Listen address (gRPC and /metrics) / gRPC port.
     host: str = "0.0.0.0"
     port: int = 8091
@@ -94,15 +94,6 @@ class Config:
     shm_slots: int = 4
     shm_slot_bytes: int = 0
     grace_s: float = 5.0  # graceful-stop grace on SIGTERM
-    # TLS (inferline.tls), PEM files: with a certificate and key the gRPC port serves TLS; with a
-    # CA too, mutual TLS (a client without a certificate that CA signed, such as Envoy's, is
-    # refused); a missing or non-PEM file stops start-up naming it (docs/reliability.md).
-    tls_cert: str = ""
-    tls_key: str = ""
-    tls_ca: str = ""
-    # A second, plaintext port that answers grpc.health.v1 only, with the gRPC port's statuses:
-    # for a kubelet's gRPC probe while that port asks every client for a certificate (0: none).
-    health_port: int = 0
 
     def __post_init__(self) -> None:
         require(0 <= self.port < 65536, PREFIX, "port", "must be a TCP port (0 picks one)")
