@@ -1,11 +1,38 @@
-"""The video settings that preprocess and middleman both configure: checked, then built once."""
+"""The video settings that preprocess and middleman both configure: declared once
+(:class:`VideoFields`, which both ``Config`` classes inherit), checked, then built once."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from inferline.config import require
 from inferline.imaging.video import Sampling, VideoLimits
+
+
+@dataclass(frozen=True)
+class VideoFields:
+    """The video limits and default sampling of a service that decodes videos: preprocess, and
+    middleman when it decodes in process (a video in chunks is spooled there then too)."""
+
+    # Per video in one message (models preprocess_video, classifier_video). The video limits are
+    # checked from the container before decoding and again while decoding, since a header can
+    # lie.
+    max_video_bytes: int = 32 * 1024 * 1024
+    # Per video in chunks (one ModelStreamInfer sequence, docs/video.md): it is spooled to a
+    # temporary file in TMPDIR as it arrives, and decoded while it does; INVALID_ARGUMENT naming
+    # it beyond.
+    max_video_stream_bytes: int = 2 * 1024 * 1024 * 1024
+    max_video_pixels: int = 3840 * 2160  # per frame
+    # Frames in the video (10 min at 30 fps) / its duration.
+    max_video_frames: int = 18_000
+    max_video_duration_s: float = 600.0
+    # Default sampling when a request names none: a target rate, or every Nth frame (wins); per
+    # request: parameters fps, every_n, max_frames.
+    video_fps: float = 1.0
+    video_every_n: int = 0
+    video_max_samples: int = 256  # frames returned per video, at most: caps a request's max_frames
+    video_chunk_frames: int = 16  # frames per streamed response
 
 
 class VideoSettings(Protocol):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from inferline import capacity
 from inferline.config import require
-from inferline.imaging.settings import require_video_settings
+from inferline.imaging.settings import VideoFields, require_video_settings
 from inferline.tls import Served, require_tls
 
 PREFIX = "INFERLINE_MIDDLEMAN"
@@ -15,7 +15,7 @@ PLACEMENTS = (IN_POD, REMOTE, IN_PROCESS)
 
 
 @dataclass(frozen=True)
-class Config(Served):
+class Config(Served, VideoFields):
     # Listen address (gRPC, REST and /metrics) / gRPC port (KServe v2).
     host: str = "0.0.0.0"
     port: int = 8090
@@ -56,17 +56,6 @@ class Config(Served):
     # sequential JPEG counts at the DCT scale it is decoded at (a 200 MP photo at 1/8: 3.1 MP),
     # anything else at full size (docs/reliability.md).
     max_pixels: int = 40_000_000
-    # classifier_video, decoding in process: video limits and default sampling, as preprocess's
-    # (a video in chunks is spooled here then, to a temporary file in TMPDIR).
-    max_video_bytes: int = 32 * 1024 * 1024
-    max_video_stream_bytes: int = 2 * 1024 * 1024 * 1024
-    max_video_pixels: int = 3840 * 2160
-    max_video_frames: int = 18_000
-    max_video_duration_s: float = 600.0
-    video_fps: float = 1.0
-    video_every_n: int = 0
-    video_max_samples: int = 256
-    video_chunk_frames: int = 16
     video_top_k: int = 5  # classes per frame of classifier_video when a request names no output
     # The public message limit: a request over it gets RESOURCE_EXHAUSTED naming it (over REST,
     # a body over it: 413). The server's own bound is a little higher (inner hops accept 64 KiB

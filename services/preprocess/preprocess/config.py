@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from inferline import capacity
 from inferline.config import require
-from inferline.imaging.settings import require_video_settings
+from inferline.imaging.settings import VideoFields, require_video_settings
 from inferline.tls import Served, require_tls
 from preprocess.shm import PREFIX as SHM_PREFIX
 
@@ -26,7 +26,7 @@ def usable_cores() -> int:
 
 
 @dataclass(frozen=True)
-class Config(Served):
+class Config(Served, VideoFields):
     # Listen address (gRPC and /metrics) / gRPC port.
     host: str = "0.0.0.0"
     port: int = 8091
@@ -51,23 +51,6 @@ class Config(Served):
     # full size; every backend alike, docs/reliability.md).
     max_image_bytes: int = capacity.MAX_IMAGE_BYTES
     max_pixels: int = 40_000_000
-    # Per video in one message (model preprocess_video). The video limits are checked from the
-    # container before decoding and again while decoding, since a header can lie.
-    max_video_bytes: int = 32 * 1024 * 1024
-    # Per video in chunks (one ModelStreamInfer sequence, docs/video.md): it is spooled to a
-    # temporary file in TMPDIR as it arrives, and decoded while it does; INVALID_ARGUMENT naming
-    # it beyond.
-    max_video_stream_bytes: int = 2 * 1024 * 1024 * 1024
-    max_video_pixels: int = 3840 * 2160  # per frame
-    # Frames in the video (10 min at 30 fps) / its duration.
-    max_video_frames: int = 18_000
-    max_video_duration_s: float = 600.0
-    # Default sampling when a request names none: a target rate, or every Nth frame (wins); per
-    # request: parameters fps, every_n, max_frames.
-    video_fps: float = 1.0
-    video_every_n: int = 0
-    video_max_samples: int = 256  # frames returned per video, at most: caps a request's max_frames
-    video_chunk_frames: int = 16  # frames per streamed response
     # The message limit: middleman's public one plus a hop's framing (inferline.capacity).
     max_message_bytes: int = capacity.INNER_MESSAGE_BYTES
     # Requests (and their encoded bytes) decoding at once; more get RESOURCE_EXHAUSTED (sized
