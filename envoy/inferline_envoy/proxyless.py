@@ -49,11 +49,16 @@ def write_bootstrap(path: Path, xds_address: str, node_id: str = "inferline-grpc
     return path
 
 
+DEFAULT_XDS_ADDRESS = "127.0.0.1:18000"  # the local stack's control plane
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m inferline_envoy.proxyless", description=__doc__
     )
-    parser.add_argument("--xds-address", default="127.0.0.1:18000", help="control plane host:port")
+    parser.add_argument(
+        "--xds-address", default=DEFAULT_XDS_ADDRESS, help="control plane host:port"
+    )
     parser.add_argument("--node-id", default="inferline-grpc")
     parser.add_argument("--output", "-o", type=Path, help="write here instead of stdout")
     args = parser.parse_args(argv)
