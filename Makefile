@@ -21,7 +21,7 @@ FUZZ_SECONDS ?= 60
 
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup certs token model publish-models mlflow up down status scale demo demo-web grafana images deploy undeploy verify-cluster checkov test screenshots test-containers fuzz lint check-packages format docs dashboards k8s-files bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload bench-faults soak clean
+.PHONY: help setup certs token model publish-models mlflow up down status scale demo demo-web grafana images deploy undeploy verify-cluster checkov test test-fast screenshots test-containers fuzz lint check-packages format docs dashboards k8s-files bench bench-pipeline bench-gpu bench-e2e bench-preprocess bench-gpu-preprocess bench-eds bench-batcher bench-overload bench-faults soak clean
 
 help: ## list the targets
 	@echo "inferline — scale-out inference pipeline (see README.md)"
@@ -147,6 +147,9 @@ grafana: ## Grafana (official container) on :3000 with inferline's dashboards, r
 test: MODELS = efficientnet_lite0 efficientnet_lite2  # the session's stack serves both
 test: model ## run every test (unit, service and end-to-end through the real Triton server); make test-containers runs the images
 	$(PY) -m pytest --ignore=tests/containers $(PYTEST_ARGS)
+
+test-fast: setup ## the unit and service tests, no stack and no end-to-end test: the check before a commit (make test runs everything)
+	$(PY) -m pytest -m "not e2e and not stack" --ignore=tests $(PYTEST_ARGS)
 
 screenshots: model mlflow ## refresh docs/images from the browser tests on the real pages: the web view under load (a second Triton), a video, a trace in MLflow's view
 	INFERLINE_SCREENSHOTS=docs/images $(PY) -m pytest -p no:randomly tests/e2e/test_web_view.py \

@@ -42,6 +42,16 @@ CHUNK_FRAMES = "4"
 pytest_plugins = ["inferline_testing.owned_session"]
 
 
+STACKS = {"stack", "public_url", "public_rest_url", "middlemen"}  # fixtures that start one
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark what needs the session's stack (``stack``): `make test-fast` leaves it out."""
+    for item in items:
+        if STACKS & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.stack)
+
+
 @pytest.fixture(scope="session")
 def model_repository() -> Path:
     """The Triton model repository with both built-in models (`make model MODELS="…"`), built
