@@ -344,11 +344,16 @@ def render(params: EnvoyParams = LOCAL, template: Path | None = None) -> dict[st
     listeners, clusters = [], []
     rest = dict(params.rest)
     for name, port in params.listeners:
-        hop = {**values, "cluster": name, "port": port, "retry_on": params.retry_on(name)}
+        hop = {
+            **values,
+            **answer_ejection(leaf=name in split_names(params.leaf_clusters)),
+            "cluster": name,
+            "port": port,
+            "retry_on": params.retry_on(name),
+        }
         listener = substitute(shapes["listener"], hop)
         listeners.append(listener)
         cluster = substitute(shapes["cluster"], hop)
-        eject_on_answers(cluster, leaf=name in split_names(params.leaf_clusters))
         clusters.append(cluster)
         mtls = name in params.tls_clusters
         if mtls:
@@ -356,7 +361,6 @@ def render(params: EnvoyParams = LOCAL, template: Path | None = None) -> dict[st
         if name in rest:
             route_by_content_type(listener, rest[name])
             rest_cluster = substitute(shapes["rest_cluster"], {**hop, "cluster": rest[name]})
-            eject_on_answers(rest_cluster, leaf=name in split_names(params.leaf_clusters))
             if mtls:
                 rest_cluster["transport_socket"] = upstream_tls(shapes, values, name, "http/1.1")
             clusters.append(rest_cluster)
@@ -468,20 +472,22 @@ def upstream_tls(
     return socket
 
 
-def eject_on_answers(cluster: dict[str, Any], leaf: bool) -> None:
-    """Outlier detection on a replica's answers (gRPC statuses as HTTP: UNAVAILABLE 503,
-    DEADLINE_EXCEEDED 504, INTERNAL 500) only where the answer is the replica's own. A leaf
-    that answers UNAVAILABLE twice running is broken (a GPU pod whose Triton died): ejected
-    before a request's retries run out, since LEAST_REQUEST keeps picking the replica that
-    fails fastest. A hop that calls further down answers what came from below: a failing
-    pool must not get its healthy middlemen or batchers ejected. Connection failures (local
-    origin) eject on every hop."""
-    outlier = cluster["outlier_detection"]
-    if leaf:
-        outlier["consecutive_gateway_failure"] = 2
-    else:
-        outlier["enforcing_consecutive_5xx"] = 0
-        outlier["enforcing_consecutive_gateway_failure"] = 0
+def answer_ejection(leaf: bool) -> dict[str, int]:
+    """The template's outlier detection on a replica's answers (gRPC statuses as HTTP:
+    UNAVAILABLE 503, DEADLINE_EXCEEDED 504, INTERNAL 500), enforced only where the answer is the
+    replica's own. A leaf that answers UNAVAILABLE twice running is broken (a GPU pod whose
+    Triton died): ejected before a request's retries run out, since LEAST_REQUEST keeps picking
+    the replica that fails fastest. A hop that calls further down answers what came from below:
+    a failing pool must not get its healthy middlemen or batchers ejected. Connection failures
+    (local origin) eject on every hop, in the template itself."""
+    return (
+        {"gateway_failures": 2, "enforcing_answers": 100}
+        if leaf
+        else {
+            "gateway_failures": 5,
+            "enforcing_answers": 0,
+        }
+    )
 
 
 def unshed_probes(manager: dict[str, Any], cluster: str, rest_cluster: str | None) -> None:

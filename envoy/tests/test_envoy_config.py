@@ -332,6 +332,7 @@ def test_only_a_leaf_is_ejected_for_its_answers_every_hop_for_lost_connections()
         assert outlier["enforcing_consecutive_local_origin_failure"] == 100
         assert outlier.get("enforcing_consecutive_gateway_failure") == (100 if leaf else 0)
         assert outlier.get("enforcing_consecutive_5xx", 100) == (100 if leaf else 0)
+        assert outlier["consecutive_gateway_failure"] == (2 if leaf else 5)  # a leaf: twice
 
 
 def test_auth_checks_tokens_on_the_public_listener_only_and_leaves_probes_open(
