@@ -62,7 +62,7 @@ from inferline_stack.config import (
     StackConfig,
 )
 from inferline_stack.processes import ProcessTable
-from inferline_stack.scale import scale
+from inferline_stack.replicas import scale
 from inferline_testing import otlp
 from inferline_testing.overload import stack_groups
 from inferline_testing.procfs import group_pids, process_usage

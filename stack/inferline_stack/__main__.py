@@ -16,7 +16,7 @@ from inferline.config import ConfigError, load
 from inferline_stack import remember
 from inferline_stack.config import PREFIX, StackConfig
 from inferline_stack.processes import ProcessTable
-from inferline_stack.scale import scale
+from inferline_stack.replicas import scale
 from inferline_stack.stack import down, up
 from inferline_stack.status import status
 from inferline_stack.ui import console

@@ -1,9 +1,13 @@
-"""Start a process and wait until it is ready; add a replica to Envoy or drain it out.
+"""The stack's replicas: start a process and wait until it is ready; add a replica to Envoy or
+drain it out; ``scale`` (``make scale``) a service to a number of them.
 
 Adding: start, wait for the replica's own readiness (KServe ServerReady/ModelReady on its
 direct port), then announce it (HEALTHY in the endpoints file; control/eds pushes it) and wait
 until Envoy routes to it. Draining: DRAINING in the file, wait until Envoy has nothing in
-flight to it, stop the process, remove it from the file (:mod:`inferline_stack.scaling`).
+flight to it, stop the process, remove it from the file (:mod:`inferline_stack.scaling`, the
+protocol the test harness's pools share). Scaling up, lowest free index first; down, highest
+first; replicas whose process died are removed from the endpoints file first. One ``scale``
+(or ``up``) at a time per run directory.
 """
 
 from __future__ import annotations
@@ -11,16 +15,18 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from pathlib import Path
 
 from eds.sources import endpoints_file
 from inferline_envoy import admin as envoy_admin
 from inferline_stack import envoy as stack_envoy
-from inferline_stack import leftovers, prometheus, scaling, services
-from inferline_stack.config import MAX_REPLICAS, StackConfig
+from inferline_stack import health, leftovers, prometheus, scaling, services
+from inferline_stack.config import MAX_REPLICAS, REPLICA_STEP, StackConfig
 from inferline_stack.health import wait_until
+from inferline_stack.lock import scale_lock
 from inferline_stack.processes import ProcessTable
-from inferline_stack.services import HOST, Service, endpoints_path, replica_name
-from inferline_stack.ui import console
+from inferline_stack.services import ENVOY, HOST, Service, endpoints_path, replica_name
+from inferline_stack.ui import console, plain
 
 ROUTABLE_TIMEOUT_S = 15.0  # announce -> Envoy routes to it: a health check or two
 DRAIN_TIMEOUT_S = 30.0  # DRAINING -> nothing in flight: the longest request in progress
@@ -171,3 +177,49 @@ def forget(table: ProcessTable, name: str) -> None:
     table.stop(name)  # not running: just removes its pid file
     leftovers.remove_workspace(table.run_dir, name)
     leftovers.free_orphans()
+
+
+def scale(config: StackConfig, table: ProcessTable, service: str, replicas: int) -> int:
+    """Bring ``service`` to ``replicas`` running replicas: 0 done, 1 failed, 2 bad request."""
+    if service not in config.services:
+        console.print(
+            f"[red]no service {service!r} in this stack[/]; one of {', '.join(config.services)}"
+        )
+        return 2
+    if not 1 <= replicas <= MAX_REPLICAS:
+        console.print(
+            f"[red]{service}: between 1 and {MAX_REPLICAS} replicas locally[/] (replica i "
+            f"listens on its base ports + {REPLICA_STEP[service]}·i)"
+        )
+        return 2
+    try:
+        config.replica_ports(service, replicas - 1)
+    except ValueError as exc:
+        console.print(f"[red]{exc}[/]")
+        return 2
+    try:
+        with scale_lock(Path(config.run_dir)):
+            _scale(config, table, service, replicas)
+    except StackError as exc:
+        console.print(f"[red]✗ {exc}[/]")
+        if exc.log:
+            plain(exc.log)
+        return 1
+    return 0
+
+
+def _scale(config: StackConfig, table: ProcessTable, service: str, replicas: int) -> None:
+    if not (table.running(ENVOY) and health.envoy_ready(config.admin_url)):
+        raise StackError(f"the stack is not up (no Envoy at {config.admin_url}): 'make up' first")
+    for name in forget_dead(config, table, service):
+        console.print(f"[yellow]![/] {name} was not running: removed from the endpoints file")
+    running = running_replicas(table, service)
+    before = len(running)
+    while len(running) < replicas:
+        index = min(set(range(MAX_REPLICAS)) - set(running))
+        add(config, table, services.replica(config, service, index))
+        running = sorted([*running, index])
+    while len(running) > replicas:
+        index = running.pop()
+        drain(config, table, services.replica(config, service, index))
+    console.print(f"{service}: {before} → {len(running)} replicas")

@@ -13,7 +13,7 @@ from inferline_stack import replicas, services
 from inferline_stack.__main__ import main
 from inferline_stack.config import MAX_REPLICAS, PORT_FIELDS, REPLICA_PORT_FIELDS
 from inferline_stack.processes import ProcessTable, group_alive
-from inferline_stack.scale import scale
+from inferline_stack.replicas import scale
 from inferline_stack.stack import down
 from inferline_stack.status import status
 from inferline_testing.ports import config_on_free_ports, ephemeral_floor

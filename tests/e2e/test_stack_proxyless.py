@@ -18,7 +18,7 @@ import pytest
 from inferline_envoy import admin as envoy_admin
 from inferline_stack.config import StackConfig
 from inferline_stack.processes import ProcessTable
-from inferline_stack.scale import scale
+from inferline_stack.replicas import scale
 from inferline_testing import media
 from inferline_testing.harness import flowing, load
 from inferline_testing.stacks import own_stack

@@ -29,7 +29,7 @@ from inferline_stack import leftovers, services
 from inferline_stack.config import TRITON, StackConfig
 from inferline_stack.processes import ProcessTable, group_alive, kill_group
 from inferline_stack.prometheus import PROMETHEUS, binary
-from inferline_stack.scale import scale as scale_in_process
+from inferline_stack.replicas import scale as scale_in_process
 from inferline_stack.services import EDS, ENVOY, HOST, endpoints_path, replica_name
 from inferline_stack.stack import down, up
 from inferline_testing import media, stack_cli
