@@ -31,7 +31,6 @@ import yaml
 
 from inferline_testing import tools
 from inferline_testing.prometheus import tool
-from tools import operator_rules
 from k8s.tests.manifests import (
     EVERYTHING_BY_PLACEMENT,
     K8S,
@@ -41,7 +40,7 @@ from k8s.tests.manifests import (
     pod_specs,
     render,
 )
-from tools import monitoring_files
+from tools import monitoring_files, operator_rules
 
 GRAFANA = ROOT / "grafana"
 AUTOSCALING_RULES = K8S / "components" / "autoscaling" / "rules"
@@ -428,9 +427,7 @@ def test_prometheus_sends_its_alerts_to_the_alertmanager_which_accepts_its_confi
 
 def test_the_operator_rules_are_generated_from_the_rule_files() -> None:
     committed = operator_rules.OUTPUT.read_text(encoding="utf-8")
-    assert committed == operator_rules.text(), (
-        "stale: run `make k8s-files`"
-    )
+    assert committed == operator_rules.text(), "stale: run `make k8s-files`"
 
 
 # -- the HPA chain -------------------------------------------------------------------------------
