@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +67,15 @@ def serving(address: str, timeout: float = 2.0, tls: ClientTls | None = None) ->
         except grpc.RpcError:
             return False
     return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def http_ok(url: str, timeout: float = 2.0) -> bool:
+    """True when ``url`` answers 200 (an HTTP server's own readiness path)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
 
 
 def envoy_ready(admin: str, timeout: float = 2.0) -> bool:

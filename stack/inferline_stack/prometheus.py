@@ -17,8 +17,6 @@ import json
 import os
 import shutil
 import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from inferline_stack import health
 from inferline_stack.config import PREPROCESS, TRITON, StackConfig
 from inferline_stack.services import ENVOY, HOST, Service, run_path
 
@@ -99,11 +98,7 @@ def sync_targets(config: StackConfig, running: Iterable[Service]) -> None:
 
 def ready(url: str, timeout: float = 2.0) -> bool:
     """Prometheus answers ``/-/ready`` with 200."""
-    try:
-        with urllib.request.urlopen(f"{url}/-/ready", timeout=timeout) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
+    return health.http_ok(f"{url}/-/ready", timeout)
 
 
 def service(config: StackConfig) -> Service:

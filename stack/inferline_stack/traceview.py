@@ -15,12 +15,11 @@ point at it, with the header MLflow files the spans under (its default experimen
 from __future__ import annotations
 
 import os
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 
 from inferline import tracing
+from inferline_stack import health
 from inferline_stack.config import StackConfig
 
 MLFLOW = "mlflow"
@@ -66,11 +65,7 @@ def binary(config: StackConfig) -> str | None:
 
 def ready(url: str, timeout: float = 2.0) -> bool:
     """The tracking server answers ``/health`` with 200."""
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=timeout) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
+    return health.http_ok(f"{url}/health", timeout)
 
 
 def write_view_file(config: StackConfig) -> Path:
