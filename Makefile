@@ -148,8 +148,8 @@ test: MODELS = efficientnet_lite0 efficientnet_lite2  # the session's stack serv
 test: model ## run every test (unit, service and end-to-end through the real Triton server); make test-containers runs the images
 	$(PY) -m pytest --ignore=tests/containers $(PYTEST_ARGS)
 
-test-fast: setup ## the unit and service tests, no stack and no end-to-end test: the check before a commit (make test runs everything)
-	$(PY) -m pytest -m "not e2e and not stack" $(TEST_DIRS) tests/bench $(PYTEST_ARGS)
+test-fast: setup ## the unit and service tests, no stack and no end-to-end test, spread over the cores: the check before a commit (make test runs everything)
+	$(PY) -m pytest -n auto -m "not e2e and not stack" $(TEST_DIRS) tests/bench $(PYTEST_ARGS)
 
 screenshots: model mlflow ## refresh docs/images from the browser tests on the real pages: the web view under load (a second Triton), a video, a trace in MLflow's view
 	INFERLINE_SCREENSHOTS=docs/images $(PY) -m pytest -p no:randomly tests/e2e/test_web_view.py \
