@@ -178,7 +178,11 @@ class Cluster:
         }
 
     def pod_ip(self, name: str) -> str:
+        """The pod's address; "" for one whose creation was cut short (no infra container yet:
+        what an interrupted run leaves, which ``down`` then removes)."""
         infra = self.podman("pod", "inspect", "--format", "{{.InfraContainerID}}", name).strip()
+        if not infra:
+            return ""
         template = "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}"
         addresses = self.podman("inspect", "--format", template, infra).split()
         return addresses[0] if addresses else ""
