@@ -60,14 +60,21 @@ def timer(classifier: TimedClassifier, dashboard: WebState, *images: bytes) -> T
     return Timer(classifier, "classifier", chosen, 10.0, dashboard, lambda: 1.5, every_s=0.01)
 
 
-async def test_a_timed_request_over_grpc_is_timed_and_traced_under_the_id_the_page_shows(
-    fake: tuple[str, Any],
-) -> None:
+@pytest.fixture
+async def over_grpc(fake: tuple[str, Any]) -> AsyncIterator[tuple[TimedClassifier, Any]]:
+    """A classifier of the in-process fake over gRPC, and the fake's servicer."""
     target, servicer = fake
-    dashboard = board()
     timed = TimedClassifier(target, "grpc")
     async with contextlib.aclosing(timed):
-        context = await timer(timed, dashboard).once(b"timed-grpc")
+        yield timed, servicer
+
+
+async def test_a_timed_request_over_grpc_is_timed_and_traced_under_the_id_the_page_shows(
+    over_grpc: tuple[TimedClassifier, Any],
+) -> None:
+    timed, servicer = over_grpc
+    dashboard = board()
+    context = await timer(timed, dashboard).once(b"timed-grpc")
     assert context.traceparent in servicer.traceparents  # sent, sampled, as gRPC metadata
     (recorded,) = timing(dashboard)["recent"]
     assert recorded["trace_id"] == context.trace_id
@@ -78,13 +85,12 @@ async def test_a_timed_request_over_grpc_is_timed_and_traced_under_the_id_the_pa
 
 
 async def test_a_failed_timed_request_is_counted_and_the_timer_goes_on(
-    fake: tuple[str, Any],
+    over_grpc: tuple[TimedClassifier, Any],
 ) -> None:
-    target, servicer = fake
+    timed, servicer = over_grpc
     dashboard = board()
-    timed = TimedClassifier(target, "grpc")
     bad = servicer.BAD + b" timed"
-    async with contextlib.aclosing(timed), timer(timed, dashboard, bad, b"timed-on").running():
+    async with timer(timed, dashboard, bad, b"timed-on").running():
         await wait_for_state(
             lambda: dashboard.timed_failed >= 1 and timing(dashboard)["recent"],
             WAIT_S,
