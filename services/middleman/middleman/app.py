@@ -18,21 +18,17 @@ from inferline.tls import health_port, server_tls
 from middleman import classifiers
 from middleman.classifiers import Classifier, Classifiers
 from middleman.config import IN_POD, REMOTE, Config
+from middleman.frames import FrameSource, InProcessFrames
 from middleman.pipeline import (
     InProcessPreprocessor,
     Preprocessor,
     RemotePreprocessor,
     TritonUpstream,
 )
+from middleman.remote_frames import PodFrames, RemoteFrames
 from middleman.rest import RestApi
 from middleman.service import ClassifierService
-from middleman.video import (
-    FrameSource,
-    InProcessFrames,
-    PodFrames,
-    RemoteFrames,
-    VideoClassifier,
-)
+from middleman.video import VideoClassifier
 
 logger = logging.getLogger(__name__)
 

@@ -27,9 +27,10 @@ from inferline.servicer import Context, KServeServicer
 from middleman import inputs, outputs
 from middleman.budget import Budget, Expired
 from middleman.classifiers import Classifier, Classifiers
+from middleman.frames import Video
 from middleman.models import VIDEO_MODEL, describe
 from middleman.pipeline import Preprocessor, TritonUpstream, check_sizes
-from middleman.video import Video, VideoClassifier
+from middleman.video import VideoClassifier
 
 logger = logging.getLogger(__name__)
 
