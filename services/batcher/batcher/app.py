@@ -6,8 +6,10 @@ import logging
 from dataclasses import dataclass
 
 from batcher import metrics
+from batcher.batchers import Batchers
 from batcher.config import Config
-from batcher.scheduler import Batchers, InFlight, Settings
+from batcher.inflight import InFlight
+from batcher.scheduler import Settings
 from batcher.service import BatcherService
 from batcher.upstream import SERVICE, Upstream
 from inferline import capacity

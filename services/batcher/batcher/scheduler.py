@@ -2,16 +2,15 @@
 
 Event driven, no polling task: an arrival, a timer (a group's ``max_queue_delay`` or a request's
 deadline) and a batch coming back each call ``pump``, which expires what is overdue and sends
-every ready batch for which an in-flight slot is free. One upstream call per batch; each caller
-gets its own slice of the answer, or the batch's error. A caller that goes away leaves its batch
-without touching its batch-mates.
+every ready batch for which an in-flight slot (:mod:`batcher.inflight`) is free. One upstream
+call per batch; each caller gets its own slice of the answer, or the batch's error. A caller
+that goes away leaves its batch without touching its batch-mates.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -20,15 +19,13 @@ from google.protobuf.message import DecodeError
 from opentelemetry import trace
 
 from batcher.batching import Request, Response, SplitError, merge, plan, split
+from batcher.inflight import DRIFT, InFlight, expected
 from batcher.metrics import ModelMetrics
 from batcher.queueing import EPSILON, BatchQueue, Entry, QueueFull
 from inferline import timing, tracing
 from inferline.errors import InferError
 
 logger = logging.getLogger(__name__)
-
-# How long the first request for a model may wait for the upstream's model config.
-CONFIG_TIMEOUT_S = 5.0
 
 
 class Upstream(Protocol):
@@ -47,69 +44,6 @@ class Settings:
     default_timeout_s: float
     max_queue_bytes: int | None = None
     max_batch_bytes: int | None = None  # what one upstream message may carry
-
-
-# Adaptive in-flight limit: a batch whose upstream call took this many times what a batch of its
-# size takes unqueued (:func:`expected`) queued there (one slot fewer); one within TOLERANCE of
-# it, sent while every slot was taken, found room (one slot more). The fastest calls seen creep
-# up by DRIFT a call, so they follow a slower upstream instead of holding the limit down.
-QUEUED, TOLERANCE, DRIFT = 2.0, 1.25, 0.01
-
-
-def expected(fastest: Mapping[int, float], items: int) -> float:
-    """The most a batch of ``items`` takes unqueued, from the fastest call seen of each size: a
-    GPU's time grows with the batch (no more than a bigger batch took) and its time per item
-    falls (no more per item than a smaller batch took). A full batch's time per item says
-    nothing of a small one: a small batch on an idle GPU is slower per item, not queued."""
-    return min(t if size >= items else t * items / size for size, t in fastest.items())
-
-
-class InFlight:
-    """Batches in flight to one upstream, shared by every model; a freed slot wakes the models.
-
-    Adaptive (``adaptive=True``), the limit moves between 1 and ``limit`` with what the upstream
-    shows: behind a balancer the batcher does not know how many GPUs there are, and each batch
-    sent beyond what they run at once only queues there, in smaller batches that each cost a
-    call, a decode and a model launch. So a batch that took much longer than the fastest of its
-    size takes a slot away, and one as fast as that, sent while every slot was taken, gives one
-    back: with one GPU pod the limit settles near one or two and batches fill; as pods are
-    added, calls stay fast and the limit climbs to keep them all busy."""
-
-    def __init__(self, limit: int, adaptive: bool = False) -> None:
-        self.maximum = self.limit = limit
-        self.adaptive = adaptive
-        self.used = 0
-        self._pumps: list[Callable[[], object]] = []
-        self._next = 0
-
-    def free(self) -> int:
-        return self.limit - self.used
-
-    def register(self, pump: Callable[[], object]) -> None:
-        self._pumps.append(pump)
-
-    def take(self) -> bool:
-        """Take a slot; whether that filled every one (the limit was what held batches back)."""
-        self.used += 1
-        return self.used >= self.limit
-
-    def feedback(self, took_s: float, fastest_s: float, crowded: bool) -> None:
-        """An answered batch's upstream time, against the fastest of its size (adaptive)."""
-        if not self.adaptive:
-            return
-        if took_s > QUEUED * fastest_s and self.limit > 1:
-            self.limit -= 1
-        elif took_s <= TOLERANCE * fastest_s and crowded and self.limit < self.maximum:
-            self.limit += 1
-
-    def give_back(self) -> None:
-        self.used -= 1
-        count = len(self._pumps)
-        for i in range(count):  # round robin, so no model starves another
-            if self.free() <= 0:
-                break
-            self._pumps[(self._next + i) % count]()
-        self._next = (self._next + 1) % max(count, 1)
 
 
 @dataclass(eq=False)
@@ -412,60 +346,3 @@ class ModelBatcher:
 def _fail(entry: Entry[Pending], error: InferError) -> None:
     if not entry.payload.future.done():
         entry.payload.future.set_exception(error)
-
-
-class Batchers:
-    """One ModelBatcher per (model, version), made on its first request from the upstream config."""
-
-    def __init__(self, upstream: Upstream, settings: Settings, inflight: InFlight) -> None:
-        self.upstream = upstream
-        self.settings = settings
-        self.inflight = inflight
-        self._batchers: dict[tuple[str, str], ModelBatcher] = {}
-        self._creating: dict[tuple[str, str], asyncio.Task[ModelBatcher]] = {}
-
-    async def get(self, model: str, version: str, time_left: float | None) -> ModelBatcher:
-        key = (model, version)
-        batcher = self._batchers.get(key)
-        if batcher is not None:
-            return batcher
-        task = self._creating.get(key)
-        if task is None:
-            timeout = CONFIG_TIMEOUT_S if time_left is None else min(time_left, CONFIG_TIMEOUT_S)
-            task = asyncio.get_running_loop().create_task(self._create(model, version, timeout))
-            self._creating[key] = task
-            task.add_done_callback(lambda _: self._creating.pop(key, None))
-        return await asyncio.shield(task)  # one caller leaving does not cancel it for the others
-
-    async def _create(self, model: str, version: str, time_left: float) -> ModelBatcher:
-        upstream_max = await self.upstream.max_batch_size(model, version, time_left)
-        override = self.settings.max_batch_size
-        size = min(override, upstream_max) if override and upstream_max else upstream_max
-        if override and upstream_max and override > upstream_max:
-            logger.warning(
-                "%s: max_batch_size %d is above the upstream's %d; using %d",
-                model,
-                override,
-                upstream_max,
-                size,
-            )
-        label = f"{model}:{version}" if version else model
-        batcher = ModelBatcher(label, size, self.settings, self.inflight, self.upstream)
-        self._batchers[(model, version)] = batcher
-        logger.info(
-            "%s: batches of up to %d items (%s), max_queue_delay %.3g ms, queue of %d, "
-            "%d batch(es) in flight to %s",
-            label,
-            size,
-            "set here" if override and size == override else "upstream model config",
-            self.settings.max_queue_delay_s * 1000,
-            self.settings.max_queue,
-            self.inflight.limit,
-            self.upstream.name,
-        )
-        return batcher
-
-    async def close(self) -> None:
-        for task in self._creating.values():
-            task.cancel()
-        await asyncio.gather(*(b.close() for b in self._batchers.values()))

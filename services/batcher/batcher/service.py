@@ -16,7 +16,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
-from batcher.scheduler import Batchers
+from batcher.batchers import Batchers
 from batcher.upstream import SERVICE, Upstream
 from inferline.errors import abort, from_upstream, grpc_boundary, invalid
 from inferline.metrics import name_model

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from batcher.inflight import InFlight, expected
 from batcher.queueing import BatchQueue, Entry, QueueFull
-from batcher.scheduler import InFlight, expected
 
 Arrival = tuple[str | None, int, float, float | None]  # key, items, gap before it, deadline in
 

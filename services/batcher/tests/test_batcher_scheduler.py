@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from batcher.scheduler import InFlight, ModelBatcher, Settings
+from batcher.inflight import InFlight
+from batcher.scheduler import ModelBatcher, Settings
 from inferline_testing.waits import wait_for_state
 
 from .conftest import WAIT_S, infer_request

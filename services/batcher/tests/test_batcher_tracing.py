@@ -13,7 +13,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from tritonclient.grpc import service_pb2
 
-from batcher.scheduler import InFlight, ModelBatcher, Settings
+from batcher.inflight import InFlight
+from batcher.scheduler import ModelBatcher, Settings
 from inferline import tracing
 from inferline_testing.waits import wait_for_state
 
