@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 import pytest_asyncio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import REGISTRY
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
 from batcher import app
@@ -134,6 +135,10 @@ def infer_request(
 
 def bytes_request(items: list[bytes], request_id: str) -> Any:
     return built.bytes_request(items, "echo", "TEXT", request_id=request_id)
+
+
+def metric(name: str, model: str = "echo") -> float:
+    return REGISTRY.get_sample_value(name, {"model": model}) or 0.0
 
 
 async def serve(register: Callable[[grpc.aio.Server], None]) -> tuple[grpc.aio.Server, int]:
