@@ -12,8 +12,8 @@ import yaml
 from tools import cluster, images
 from tools.containers import checks
 from tools.containers.engine import Engine
+from tools.pods.manifests import Manifests
 from tools.pods.runner import Cluster
-from tools.pods.spec import Manifests
 
 REGISTRY = "localhost/inferline"
 TAG = "test"

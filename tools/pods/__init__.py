@@ -5,7 +5,9 @@
 starts each Deployment's pod template under podman, a podman pod per replica: the containers of
 a pod share its network and IPC namespaces, as in Kubernetes.
 
-What the runner maps from a pod template (:mod:`tools.pods.spec`, pure):
+What the runner maps from a pod template (pure: :mod:`tools.pods.manifests` reads it from the
+render into :mod:`tools.pods.spec`'s values, :mod:`tools.pods.environment` builds each
+container's environment, :mod:`tools.pods.create` its ``podman create`` arguments):
 
 - init containers, one after another, each to completion, then the containers;
 - ``command`` and ``args`` as rendered (command replaces the image's entrypoint, args its
@@ -31,11 +33,11 @@ What the runner maps from a pod template (:mod:`tools.pods.spec`, pure):
   one podman network (``<service>`` resolves to its pods, a headless Service's behaviour; no
   virtual IP, no kube-proxy).
 
-What it plays itself, because no API server runs here: the EndpointSlice controller. It writes
-EndpointSlices for the Services eds watches (ready -> ready, stopping -> terminating, as the
-controller does), turns them into endpoints with eds's own mapping
-(:func:`eds.sources.endpointslice.endpoints`) and hands them to eds through its endpoints-file
-source: eds's container is the one whose environment the runner changes
+What it plays itself, because no API server runs here: the EndpointSlice controller
+(:mod:`tools.pods.endpoints`). It writes EndpointSlices for the Services eds watches (ready ->
+ready, stopping -> terminating, as the controller does), turns them into endpoints with eds's
+own mapping (:func:`eds.sources.endpointslice.endpoints`) and hands them to eds through its
+endpoints-file source: eds's container is the one whose environment the runner changes
 (``INFERLINE_EDS_SOURCE=file``), so the rest of the pipeline runs the rendered configuration.
 
 What it does not map (a real cluster proves these): HorizontalPodAutoscalers,

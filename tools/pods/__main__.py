@@ -24,8 +24,10 @@ import yaml
 from tools import cluster
 from tools.containers import standins
 from tools.containers.engine import Engine, EngineError, find_engine
-from tools.pods.runner import Cluster, PodRecord, RunError, leftovers
-from tools.pods.spec import Manifests, SpecError
+from tools.pods.manifests import Manifests
+from tools.pods.records import PodRecord, RunError
+from tools.pods.runner import Cluster, leftovers
+from tools.pods.spec import SpecError
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_DIR = ROOT / ".run" / "pods"

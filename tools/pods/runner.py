@@ -10,121 +10,30 @@ volumes: folders, tmpfs mounts, ConfigMap and Secret files) are under its run fo
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import shutil
-import subprocess
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 from eds.cache import Endpoint
-from eds.sources import endpointslice
 from eds.sources.endpoints_file import dump
 from tools.containers.engine import Engine, EngineError
-from tools.pods import probes
-from tools.pods.spec import (
-    Container,
-    Downward,
-    Manifests,
-    Pod,
-    create_args,
-    environment,
-    selects,
-)
+from tools.pods import endpoints, probes, volumes
+from tools.pods.create import create_args
+from tools.pods.environment import Downward, environment
+from tools.pods.manifests import Manifests
+from tools.pods.records import ContainerRecord, PodRecord, RunError
+from tools.pods.spec import Container, Pod
 
 LABEL = "io.inferline.pods"
 DEPLOYMENT = "io.inferline.pods.deployment"
 INDEX = "io.inferline.pods.index"
-# eds, which would watch the API server's EndpointSlices, reads the runner's instead.
-EDS_SOURCE = "INFERLINE_EDS_SOURCE"
-ENDPOINTS_MOUNT = "/var/run/inferline-pods"
 DEFAULT_READY_BUDGET_S = 300.0
 LOG_LINES = 40
-
-
-class RunError(Exception):
-    """The pods cannot run as rendered; the message names the pod, container and why."""
-
-
-@dataclasses.dataclass
-class ContainerRecord:
-    name: str
-    image: str
-    ready: bool = False
-    ready_s: float | None = None  # from its start to its readiness probe's first success
-    budget_s: float | None = None  # what its probes allow before the kubelet would act
-    stopped_s: float | None = None  # from the start of its stop (preStop, SIGTERM) to its exit
-    exit_code: int | None = None
-    killed: bool = False  # SIGKILLed at the end of its grace period
-    exited_before_stop: bool = False  # had exited (or been killed) before it was stopped
-
-
-@dataclasses.dataclass
-class PodRecord:
-    name: str
-    deployment: str
-    index: int
-    ip: str
-    containers: list[ContainerRecord]
-    init_s: dict[str, float] = dataclasses.field(default_factory=dict)
-    grace_s: float = 30.0
-
-
-def write_atomically(path: Path, text: str, mode: int = 0o644) -> None:
-    """Replace ``path`` in one rename, readable by the containers' users."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(text)
-    Path(tmp).chmod(mode)
-    Path(tmp).replace(path)
-
-
-def target_port(pod: Pod, target: object) -> int | None:
-    """A Service's targetPort on ``pod``: a number, or the first container port of that name."""
-    if isinstance(target, int) or str(target).isdigit():
-        return int(str(target))
-    return next((c.ports[str(target)] for c in pod.containers if str(target) in c.ports), None)
-
-
-def endpoint_slice(
-    service: Mapping[str, Any], pods: Iterable[tuple[Pod, str, str]]
-) -> dict[str, Any]:
-    """The EndpointSlice the controller would write for ``service`` and its pods, each given as
-    (pod, IP, state: ready, starting or terminating)."""
-    name = service["metadata"]["name"]
-    members = list(pods)
-    ports = []
-    for port in service["spec"].get("ports") or []:
-        target = port.get("targetPort", port["port"])
-        number = next((n for p, _, _ in members if (n := target_port(p, target))), None)
-        if number is not None:
-            ports.append({"name": port.get("name", ""), "port": number, "protocol": "TCP"})
-    return {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "addressType": "IPv4",
-        "metadata": {"name": f"{name}-pods", "labels": {endpointslice.SERVICE_LABEL: name}},
-        "ports": ports,
-        "endpoints": [
-            {
-                "addresses": [ip],
-                "conditions": {
-                    "ready": state == "ready",
-                    "serving": state in ("ready", "terminating"),
-                    "terminating": state == "terminating",
-                },
-                "targetRef": {"kind": "Pod", "name": pod.name, "uid": pod.uid},
-            }
-            for pod, ip, state in members
-        ],
-    }
 
 
 class Cluster:
@@ -199,14 +108,6 @@ class Cluster:
 
     # --- the EndpointSlice controller ------------------------------------------------------
 
-    def eds_container(self) -> tuple[str, Mapping[str, Any]] | None:
-        """(Deployment, container spec) of eds: the container whose env names its source."""
-        for name, deployment in self.manifests.deployments().items():
-            for spec in deployment["spec"]["template"]["spec"]["containers"]:
-                if any(e.get("name") == EDS_SOURCE for e in spec.get("env") or []):
-                    return name, spec
-        return None
-
     def endpoints_file(self) -> Path:
         return self.run_dir / "endpoints" / "endpoints.yaml"
 
@@ -226,12 +127,9 @@ class Cluster:
 
     def write_endpoints(self) -> dict[str, tuple[Endpoint, ...]]:
         """The endpoints of the Services eds watches, from the pods podman runs now."""
-        found = self.eds_container()
+        found = endpoints.eds_container(self.manifests)
         if found is None:
             return {}
-        env = {str(e["name"]): str(e.get("value", "")) for e in found[1].get("env") or []}
-        watched = [s.strip() for s in env.get("INFERLINE_EDS_SERVICES", "").split(",") if s.strip()]
-        port_name = env.get("INFERLINE_EDS_PORT_NAME", "grpc")
         with self._endpoints_lock:
             members = []
             for name in self.pods():
@@ -244,23 +142,8 @@ class Cluster:
                     "terminating" if name in self.terminating else "ready" if ready else "starting"
                 )
                 members.append((pod, record.ip, state))
-            services = self.manifests.services()
-            clusters: dict[str, tuple[Endpoint, ...]] = {}
-            for service in watched:
-                if service not in services:
-                    clusters[service] = ()
-                    continue
-                selector = services[service]["spec"].get("selector") or {}
-                chosen = [m for m in members if selects(selector, m[0].labels)]
-                if not chosen:
-                    clusters[service] = ()
-                    continue
-                weights = {
-                    p.uid: endpointslice.parse_weight(p.weight, p.name) for p, _, _ in chosen
-                }
-                slice_ = endpoint_slice(services[service], chosen)
-                clusters[service] = endpointslice.endpoints([slice_], port_name, weights)
-            write_atomically(self.endpoints_file(), dump(clusters))
+            clusters = endpoints.watched_endpoints(self.manifests, found[1], members)
+            endpoints.write_atomically(self.endpoints_file(), dump(clusters))
             return clusters
 
     # --- pods ------------------------------------------------------------------------------
@@ -271,65 +154,15 @@ class Cluster:
             label = f"{LABEL}={self.namespace}"
             self.podman("network", "create", "--label", label, self.network)
 
-    def overrides(self, pod: Pod, container: Container) -> tuple[dict[str, str], list[str]]:
-        """What the runner changes: eds reads the runner's endpoints file, not the API server."""
-        found = self.eds_container()
-        if found is None or found[0] != pod.deployment or found[1]["name"] != container.name:
-            return {}, []
-        env = {
-            EDS_SOURCE: "file",
-            "INFERLINE_EDS_ENDPOINTS_FILE": f"{ENDPOINTS_MOUNT}/{self.endpoints_file().name}",
-        }
-        folder = self.endpoints_file().parent
-        return env, [f"--mount=type=bind,source={folder},destination={ENDPOINTS_MOUNT},ro=true"]
-
-    def volumes(self, pod: Pod) -> dict[str, str]:
-        """Make the pod's volumes as the kubelet does, each a folder of this machine that its
-        containers bind-mount: an emptyDir world-writable (0777), ``medium: Memory`` a tmpfs
-        mounted there, a configMap or secret its files (group-readable by ``fsGroup``).
-        (podman's named volumes take the mode of the image's folder they are mounted on: a
-        /dev/shm of 0755 in the image would make the pod's shared one unwritable.)"""
-        sources = {}
-        for volume in pod.volumes:
-            folder = self.pod_dir(pod.name) / volume.name
-            unmount_under(folder)
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir(parents=True)
-            sources[volume.name] = str(folder)
-            if volume.kind == "emptyDir":
-                folder.chmod(0o777)
-            elif volume.kind == "memory":
-                size = f",size={volume.size_bytes}" if volume.size_bytes else ""
-                options = f"mode=0777,nosuid,nodev{size}"
-                done = subprocess.run(
-                    ["mount", "-t", "tmpfs", "-o", options, "inferline-pods", str(folder)],
-                    capture_output=True,
-                    text=True,
-                    check=False,
-                )
-                if done.returncode != 0:
-                    raise RunError(
-                        f"pod {pod.name}: volume {volume.name} (emptyDir, medium Memory) needs a "
-                        f"tmpfs, and mount failed: {done.stderr.strip()} (run as root)"
-                    )
-            else:
-                group = pod.security.get("fsGroup")
-                for path, (content, mode) in volume.files.items():
-                    target = folder / path
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(content)
-                    if group is not None:
-                        os.chown(target, 0, int(group))
-                    target.chmod(mode | (0o040 if group is not None else 0))
-        return sources
-
     def pod_dir(self, name: str) -> Path:
         return self.run_dir / "pods" / name
 
     def create(self, pod: Pod, container: Container, ip: str, sources: Mapping[str, str]) -> str:
         user = self.podman("image", "inspect", "--format", "{{.Config.User}}", container.image)
         env = environment(container, Downward(pod, ip), self.manifests)
-        extra_env, extra_args = self.overrides(pod, container)
+        extra_env, extra_args = endpoints.overrides(
+            self.manifests, pod, container, self.endpoints_file()
+        )
         env |= extra_env | self.extra_env
         args = create_args(pod, container, env, user.strip(), sources, self.host_cpus)
         name = f"{pod.name}-{container.name}"
@@ -371,7 +204,7 @@ class Cluster:
             grace_s=pod.grace_s,
         )
         self.records[pod.name] = record
-        sources = self.volumes(pod)
+        sources = volumes.make(pod, self.pod_dir(pod.name))
         for init in pod.init_containers:
             name = self.create(pod, init, ip, sources)
             started = time.monotonic()
@@ -465,7 +298,7 @@ class Cluster:
                 for stop in stops:
                     stop.result()
         self.engine.run("pod", "rm", "--force", name, check=False, timeout=120)
-        unmount_under(self.pod_dir(name))
+        volumes.unmount_under(self.pod_dir(name))
         shutil.rmtree(self.pod_dir(name), ignore_errors=True)
         self.terminating.discard(name)
         self.records.pop(name, None)
@@ -539,29 +372,9 @@ class Cluster:
             stopped = [r for r in pool.map(self.stop_pod, names) if r]
         if self.network in self.podman("network", "ls", "--format", "{{.Name}}").split():
             self.engine.run("network", "rm", "--force", self.network, check=False)
-        unmount_under(self.run_dir)
+        volumes.unmount_under(self.run_dir)
         shutil.rmtree(self.run_dir, ignore_errors=True)
         return stopped
-
-
-def mounts_under(folder: Path) -> list[Path]:
-    """The mount points at or under ``folder`` (from /proc/self/mounts), deepest first."""
-    try:
-        table = Path("/proc/self/mounts").read_text("utf-8")
-    except OSError:
-        return []
-    root = folder.resolve()
-    found = []
-    for line in table.splitlines():
-        point = Path(line.split()[1].replace("\\040", " "))
-        if point == root or root in point.parents:
-            found.append(point)
-    return sorted(found, key=lambda p: len(p.parts), reverse=True)
-
-
-def unmount_under(folder: Path) -> None:
-    for point in mounts_under(folder):
-        subprocess.run(["umount", str(point)], capture_output=True, check=False)
 
 
 def leftovers(engine: Engine, run_dir: Path | None = None) -> dict[str, list[str]]:
@@ -576,5 +389,5 @@ def leftovers(engine: Engine, run_dir: Path | None = None) -> dict[str, list[str
     ):
         listed = engine.run(*listing, "--filter", f"label={LABEL}").stdout.split()
         found[kind] = listed
-    found["mounts"] = [str(p) for p in mounts_under(run_dir)] if run_dir else []
+    found["mounts"] = [str(p) for p in volumes.mounts_under(run_dir)] if run_dir else []
     return found

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from inferline_testing.tools import tool
-from tools.pods.spec import Manifests
+from tools.pods.manifests import Manifests
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,8 +12,9 @@ from typing import Any
 
 from eds.cache import Endpoint, Health
 from eds.sources import endpointslice
-from tools.pods import runner
-from tools.pods.spec import WEIGHT_ANNOTATION, Manifests, Pod
+from tools.pods import endpoints
+from tools.pods.manifests import Manifests
+from tools.pods.spec import WEIGHT_ANNOTATION, Pod
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +28,7 @@ def endpoints_of(
     weights = {
         f"podman-{p.name}": endpointslice.parse_weight(p.weight, p.name) for p, _, _ in chosen
     }
-    slice_ = runner.endpoint_slice(service, chosen)
+    slice_ = endpoints.endpoint_slice(service, chosen)
     assert endpointslice.service_of(slice_) == service["metadata"]["name"]
     assert endpointslice.pods_of([slice_]) == sorted(
         (f"podman-{p.name}", p.name) for p, _, _ in chosen
@@ -58,7 +59,7 @@ def test_the_slices_conditions_are_the_controllers(cpu: Manifests) -> None:
         (cpu.pod("eds", 1), "10.88.0.3", "terminating"),
         (cpu.pod("eds", 2), "10.88.0.4", "starting"),
     ]
-    slice_ = runner.endpoint_slice(cpu.services()["eds"], members)
+    slice_ = endpoints.endpoint_slice(cpu.services()["eds"], members)
     assert slice_["metadata"]["labels"] == {"kubernetes.io/service-name": "eds"}
     assert [e["conditions"] for e in slice_["endpoints"]] == [
         {"ready": True, "serving": True, "terminating": False},
@@ -74,7 +75,7 @@ def test_the_triton_services_grpc_port_is_the_preprocess_in_the_pod(cpu: Manifes
     service = cpu.services()["triton"]
     assert service["spec"]["ports"][0]["targetPort"] == "grpc"
     pod = cpu.pod("triton", 0)
-    slice_ = runner.endpoint_slice(service, [(pod, "10.88.0.10", "ready")])
+    slice_ = endpoints.endpoint_slice(service, [(pod, "10.88.0.10", "ready")])
     assert slice_["ports"] == [{"name": "grpc", "port": 8091, "protocol": "TCP"}]
     (endpoint,) = endpoints_of(service, [(pod, "10.88.0.10", "ready")], "grpc").values()
     assert endpoint.port == 8091
@@ -83,7 +84,7 @@ def test_the_triton_services_grpc_port_is_the_preprocess_in_the_pod(cpu: Manifes
 def test_a_named_target_port_on_any_container_of_the_pod_is_found(cpu: Manifests) -> None:
     pod = cpu.pod("triton", 0)
     preprocess_first = dataclasses.replace(pod, containers=pod.containers[::-1])
-    slice_ = runner.endpoint_slice(
+    slice_ = endpoints.endpoint_slice(
         cpu.services()["triton"], [(preprocess_first, "10.0.0.1", "ready")]
     )
     assert slice_["ports"] == [{"name": "grpc", "port": 8091, "protocol": "TCP"}]
@@ -91,9 +92,11 @@ def test_a_named_target_port_on_any_container_of_the_pod_is_found(cpu: Manifests
 
 def test_each_service_port_resolves_its_own_target(cpu: Manifests) -> None:
     pod = cpu.pod("middleman", 0)
-    rest = runner.endpoint_slice(cpu.services()["middleman-rest"], [(pod, "10.88.0.20", "ready")])
+    rest = endpoints.endpoint_slice(
+        cpu.services()["middleman-rest"], [(pod, "10.88.0.20", "ready")]
+    )
     assert rest["ports"] == [{"name": "http", "port": 8093, "protocol": "TCP"}]
-    grpc = runner.endpoint_slice(cpu.services()["middleman"], [(pod, "10.88.0.20", "ready")])
+    grpc = endpoints.endpoint_slice(cpu.services()["middleman"], [(pod, "10.88.0.20", "ready")])
     assert grpc["ports"] == [{"name": "grpc", "port": 8090, "protocol": "TCP"}]
 
 
@@ -103,7 +106,7 @@ def test_a_numeric_or_missing_target_port_is_taken_as_it_is(cpu: Manifests) -> N
         "metadata": {"name": "plain"},
         "spec": {"ports": [{"name": "a", "port": 80, "targetPort": 18000}, {"port": 9183}]},
     }
-    slice_ = runner.endpoint_slice(service, [(pod, "10.88.0.2", "ready")])
+    slice_ = endpoints.endpoint_slice(service, [(pod, "10.88.0.2", "ready")])
     assert slice_["ports"] == [
         {"name": "a", "port": 18000, "protocol": "TCP"},
         {"name": "", "port": 9183, "protocol": "TCP"},
@@ -115,7 +118,7 @@ def test_a_target_port_no_container_names_is_left_out(cpu: Manifests) -> None:
         "metadata": {"name": "x"},
         "spec": {"ports": [{"name": "grpc", "port": 1, "targetPort": "nope"}]},
     }
-    slice_ = runner.endpoint_slice(service, [(cpu.pod("eds", 0), "10.88.0.2", "ready")])
+    slice_ = endpoints.endpoint_slice(service, [(cpu.pod("eds", 0), "10.88.0.2", "ready")])
     assert slice_["ports"] == []
     assert endpointslice.endpoints([slice_], "grpc") == ()
 
@@ -146,7 +149,7 @@ def test_weights_come_from_the_pods_annotation(cpu: Manifests) -> None:
 
 def test_write_atomically_leaves_the_file_readable_and_no_temp_file(tmp_path: Path) -> None:
     target = tmp_path / "endpoints" / "endpoints.yaml"
-    runner.write_atomically(target, "clusters: {}\n")
+    endpoints.write_atomically(target, "clusters: {}\n")
     assert target.read_text("utf-8") == "clusters: {}\n"
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
     assert [p.name for p in target.parent.iterdir()] == ["endpoints.yaml"]
@@ -157,7 +160,7 @@ def test_write_atomically_replaces_what_was_there(tmp_path: Path) -> None:
     target.write_text("old and longer\n", "utf-8")
     target.chmod(0o600)
     before = target.stat().st_ino
-    runner.write_atomically(target, "new\n")
+    endpoints.write_atomically(target, "new\n")
     assert target.read_text("utf-8") == "new\n"
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
     assert target.stat().st_ino != before  # a rename, not a rewrite in place
@@ -166,5 +169,5 @@ def test_write_atomically_replaces_what_was_there(tmp_path: Path) -> None:
 
 def test_write_atomically_takes_a_mode(tmp_path: Path) -> None:
     target = tmp_path / "private"
-    runner.write_atomically(target, "x", mode=0o600)
+    endpoints.write_atomically(target, "x", mode=0o600)
     assert stat.S_IMODE(target.stat().st_mode) == 0o600

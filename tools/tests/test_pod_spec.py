@@ -1,4 +1,4 @@
-"""tools.pods.spec, pure: quantities, the kubelet's $(VAR) expansion, probes, and the real render
+"""tools.pods, pure: quantities, the kubelet's $(VAR) expansion, probes, and the real render
 of the cpu overlay (``kubectl kustomize k8s/overlays/cpu``) as pods and ``podman create``
 arguments; ConfigMap and Secret volumes and environment from small hand-made objects."""
 
@@ -13,7 +13,10 @@ from typing import Any
 import pytest
 
 from tools.pods import spec
-from tools.pods.spec import Downward, Manifests, Probe, SpecError
+from tools.pods.create import create_args, security_args
+from tools.pods.environment import Downward, environment, expand
+from tools.pods.manifests import Manifests
+from tools.pods.spec import Probe, SpecError
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "inferline"  # the cpu overlay's
@@ -93,7 +96,7 @@ def test_bad_memory_quantities_are_spec_errors(quantity: str) -> None:
     ],
 )
 def test_expand_follows_the_kubelet(text: str, expanded: str) -> None:
-    assert spec.expand(text, {"A": "one", "B": "two", "EMPTY": ""}) == expanded
+    assert expand(text, {"A": "one", "B": "two", "EMPTY": ""}) == expanded
 
 
 # --- probes --------------------------------------------------------------------------------------
@@ -223,7 +226,7 @@ def test_aliases_are_the_services_whose_selector_matches_the_pods_labels() -> No
 
 def test_eds_gets_its_namespace_from_the_downward_api(cpu: Manifests) -> None:
     pod = cpu.pod("eds", 0)
-    env = spec.environment(pod.containers[0], Downward(pod, "10.88.0.5"), cpu)
+    env = environment(pod.containers[0], Downward(pod, "10.88.0.5"), cpu)
     assert env["INFERLINE_EDS_NAMESPACE"] == NAMESPACE
     assert env["INFERLINE_EDS_SOURCE"] == "kubernetes"
     assert env["INFERLINE_EDS_SERVICES"].split(",")[0] == "middleman"
@@ -232,9 +235,9 @@ def test_eds_gets_its_namespace_from_the_downward_api(cpu: Manifests) -> None:
 def test_envoy_gets_its_pod_name_and_passes_it_expanded(cpu: Manifests) -> None:
     pod = cpu.pod("envoy", 2)
     envoy = pod.containers[0]
-    env = spec.environment(envoy, Downward(pod, "10.88.0.6"), cpu)
+    env = environment(envoy, Downward(pod, "10.88.0.6"), cpu)
     assert env == {"POD_NAME": "envoy-2"}
-    args = spec.create_args(pod, envoy, env, "10001:10001", {"bootstrap": "/b", "tmp": "/t"}, 8)
+    args = create_args(pod, envoy, env, "10001:10001", {"bootstrap": "/b", "tmp": "/t"}, 8)
     assert args[args.index("--service-node") + 1] == "envoy-2"
 
 
@@ -242,9 +245,9 @@ def triton_create_args(cpu: Manifests, host_cpus: int) -> tuple[list[str], list[
     """(options, image and arguments) of ``podman create`` for the triton container."""
     pod = cpu.pod("triton", 0)
     triton = pod.containers[0]
-    env = spec.environment(triton, Downward(pod, "10.88.0.7"), cpu)
+    env = environment(triton, Downward(pod, "10.88.0.7"), cpu)
     sources = {v.name: f"/run/pods/triton-0/{v.name}" for v in pod.volumes}
-    args = spec.create_args(pod, triton, env, "triton-server", sources, host_cpus)
+    args = create_args(pod, triton, env, "triton-server", sources, host_cpus)
     at = args.index(triton.image)
     return args[:at], args[at:]
 
@@ -295,8 +298,8 @@ def test_an_init_containers_command_is_its_entrypoint(cpu: Manifests) -> None:
     pod = cpu.pod("middleman", 0)
     (cards,) = pod.init_containers
     assert cards.name == "model-cards"
-    env = spec.environment(cards, Downward(pod, "10.88.0.8"), cpu)
-    args = spec.create_args(pod, cards, env, "10001", {"models": "/m", "tmp": "/t"}, 4)
+    env = environment(cards, Downward(pod, "10.88.0.8"), cpu)
+    args = create_args(pod, cards, env, "10001", {"models": "/m", "tmp": "/t"}, 4)
     entrypoints = [a for a in args if a.startswith("--entrypoint=")]
     assert entrypoints == [f"--entrypoint={json.dumps(cards.spec['command'])}"]
     assert json.loads(entrypoints[0].removeprefix("--entrypoint="))[:2] == ["sh", "-c"]
@@ -308,7 +311,7 @@ def test_an_init_containers_command_is_its_entrypoint(cpu: Manifests) -> None:
 def test_a_mount_of_a_volume_the_pod_lacks_is_a_spec_error(cpu: Manifests) -> None:
     pod = cpu.pod("eds", 0)
     with pytest.raises(SpecError, match="no volume 'tmp' in the pod"):
-        spec.create_args(pod, pod.containers[0], {}, "10001", {}, 4)
+        create_args(pod, pod.containers[0], {}, "10001", {}, 4)
 
 
 # --- the security context ------------------------------------------------------------------------
@@ -337,25 +340,25 @@ def pod_of(
 def test_run_as_non_root_refuses_a_root_uid() -> None:
     pod, app = pod_of({"securityContext": {"runAsNonRoot": True, "runAsUser": 0}})
     with pytest.raises(SpecError, match=r"^web-0 container app: runAsNonRoot, and .* as root"):
-        spec.security_args(pod, app, "1000")
+        security_args(pod, app, "1000")
     pod, app = pod_of({}, {"runAsNonRoot": True})
     with pytest.raises(SpecError, match=r"^web-0 container app: .* would run as root"):
-        spec.security_args(pod, app, "0:0")  # the image's user is root
+        security_args(pod, app, "0:0")  # the image's user is root
 
 
 def test_run_as_non_root_refuses_an_image_user_it_cannot_verify() -> None:
     pod, app = pod_of({"securityContext": {"runAsNonRoot": True}})
     with pytest.raises(SpecError, match=r"^web-0 container app: .*'nobody' is not numeric"):
-        spec.security_args(pod, app, "nobody")
+        security_args(pod, app, "nobody")
     with pytest.raises(SpecError, match=r"^web-0 container app: .*'root' is not numeric"):
-        spec.security_args(pod, app, "")
+        security_args(pod, app, "")
 
 
 def test_run_as_non_root_accepts_a_numeric_user() -> None:
     pod, app = pod_of({"securityContext": {"runAsNonRoot": True}})
-    assert spec.security_args(pod, app, "10001") == []  # the image's user, as it is
+    assert security_args(pod, app, "10001") == []  # the image's user, as it is
     pod, app = pod_of({"securityContext": {"runAsNonRoot": True, "runAsUser": 1000}})
-    assert spec.security_args(pod, app, "nobody") == ["--user=1000"]
+    assert security_args(pod, app, "nobody") == ["--user=1000"]
 
 
 def test_the_containers_security_context_wins_over_the_pods() -> None:
@@ -363,7 +366,7 @@ def test_the_containers_security_context_wins_over_the_pods() -> None:
         {"securityContext": {"runAsUser": 2000, "runAsGroup": 3000}},
         {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 4000, "supplementalGroups": [5000]},
     )
-    assert spec.security_args(pod, app, "") == [
+    assert security_args(pod, app, "") == [
         "--user=2000:3000",
         "--group-add=4000",
         "--group-add=5000",
@@ -379,7 +382,7 @@ def test_capabilities_and_privileges() -> None:
             }
         }
     )
-    assert spec.security_args(pod, app, "") == [
+    assert security_args(pod, app, "") == [
         "--privileged",
         "--cap-drop=all",
         "--cap-add=net_bind_service",
@@ -396,14 +399,14 @@ def test_capabilities_and_privileges() -> None:
 )
 def test_seccomp_profiles_the_runner_maps(profile: dict[str, str] | None, args: list[str]) -> None:
     pod, app = pod_of({"securityContext": {"seccompProfile": profile} if profile else {}})
-    assert spec.security_args(pod, app, "") == args
+    assert security_args(pod, app, "") == args
 
 
 def test_a_localhost_seccomp_profile_is_refused() -> None:
     profile = {"type": "Localhost", "localhostProfile": "profiles/strict.json"}
     pod, app = pod_of({}, {"seccompProfile": profile})
     with pytest.raises(SpecError, match=r"^web-0 container app: seccompProfile Localhost"):
-        spec.security_args(pod, app, "")
+        security_args(pod, app, "")
 
 
 # --- ConfigMaps and Secrets ----------------------------------------------------------------------
@@ -506,7 +509,7 @@ def test_an_empty_dir_without_a_size() -> None:
 def environment_of(container: dict[str, Any]) -> dict[str, str]:
     pod = files_pod([], container)
     manifests = Manifests([CONFIG_MAP, PLAIN, SECRET])
-    return spec.environment(pod.containers[0], Downward(pod, "10.88.0.9", "node-a"), manifests)
+    return environment(pod.containers[0], Downward(pod, "10.88.0.9", "node-a"), manifests)
 
 
 def test_env_from_config_maps_and_secrets_with_a_prefix() -> None:
@@ -630,7 +633,7 @@ def test_optional_references_to_what_is_not_rendered_are_left_out_as_the_kubelet
     }  # fmt: skip
     manifests = Manifests([deployment, config_map("base", {"A": "1", "prometheus.yml": "x"})])
     pod = manifests.pod("app", 0)
-    env = spec.environment(pod.containers[0], Downward(pod, "10.88.0.7"), manifests)
+    env = environment(pod.containers[0], Downward(pod, "10.88.0.7"), manifests)
     assert env == {"A": "1", "prometheus.yml": "x"}  # nothing of the absent or the missing key
     [files] = [v for v in pod.volumes if v.name == "datasources"]
     assert set(files.files) == {"A", "prometheus.yml"}
@@ -641,7 +644,7 @@ def test_optional_references_to_what_is_not_rendered_are_left_out_as_the_kubelet
         config_map("grafana-datasource-tempo", {"tempo.yml": "t"}),
     ])  # fmt: skip
     pod = traced.pod("app", 0)
-    env = spec.environment(pod.containers[0], Downward(pod, "10.88.0.7"), traced)
+    env = environment(pod.containers[0], Downward(pod, "10.88.0.7"), traced)
     assert env == {"OTEL": "on", "A": "1", "TEMPO_URL": "http://tempo"}
     [files] = [v for v in pod.volumes if v.name == "datasources"]
     assert set(files.files) == {"A", "tempo.yml"}
