@@ -10,7 +10,7 @@ process). Every few seconds it samples each process's resident memory and open f
 descriptors over the run's last two thirds (the first third is warm-up: caches, allocator
 arenas, connection pools) — goal: flat, that is under ``--rss-slope`` MiB and ``--fd-slope``
 descriptors a minute (Prometheus, whose memory grows with what it stores, is reported but not
-judged). Exits 1 when a goal is missed; CI runs a 3-minute version. Written to
+judged). Exits 1 when a goal is missed; CI runs a 5-minute version. Written to
 bench/results/soak.json and printed.
 
 ``--model simulated`` (default) is a SIMULATED GPU (the overload benchmark's: the model, not the
@@ -121,6 +121,8 @@ async def soak(config: StackConfig, images: list[bytes], duration_s: float) -> d
             "fds": [first[2], last[2]],
             "rss_mib_per_min": None if slopes is None else round(slopes[0], 2),
             "fds_per_min": None if slopes is None else round(slopes[1], 2),
+            # What a slope cannot show: a step (an allocator's high-water mark) or a ramp.
+            "rss_mib_series": [[round(t), round(r / MiB, 1)] for t, r, _ in track.samples],
         }
     return {
         "capacity_images_per_s": round(capacity.images_per_s, 1),
