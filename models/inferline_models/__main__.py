@@ -16,8 +16,8 @@ from inferline_models.export import BUILT_IN, DEFAULT_MODELS, DEFAULT_REPOSITORY
 from inferline_models.repository import MAX_BATCH_SIZE
 
 COMMANDS = ("build", "add")
-# The importer's settings (inferline_models.importer.SETTINGS) as `add` spells them, so that a
-# refusal names the flag the user typed.
+# The importer's settings (inferline_models.import_settings.SETTINGS) as `add` spells them, so
+# that a refusal names the flag the user typed.
 ADD_FLAGS = {
     "name": "--name",
     "size": "--size",
@@ -67,14 +67,14 @@ def _refuse(message: str) -> int:
 
 def _add(args: argparse.Namespace) -> int:
     # ONNX and ONNX Runtime only for this command.
-    from inferline_models.importer import (
+    from inferline_models.import_settings import (
         ImportOptions,
         ModelImportError,
-        import_classifier,
         normalisation,
         parse_floats,
         parse_size,
     )
+    from inferline_models.importer import import_classifier
 
     def floats(text: str | None) -> tuple[float, ...] | None:
         return None if text is None else parse_floats(text)

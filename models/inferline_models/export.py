@@ -162,7 +162,8 @@ def build_repository(
 def _export(spec: BuiltInModel, repository: Path) -> Path:
     # torch and ONNX: only when exporting.
     from inferline_models import efficientnet
-    from inferline_models.importer import ImportOptions, Normalisation, install, prepare
+    from inferline_models.import_settings import ImportOptions, Normalisation
+    from inferline_models.importer import install, prepare
 
     print(f"building {spec.title} with ImageNet weights ({spec.weights_package})")
     net = efficientnet.build_network(spec.arch, spec.weights_path())

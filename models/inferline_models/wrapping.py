@@ -7,8 +7,8 @@ dtype, and may answer logits. Rather than rewrite the network, two small graphs 
 probabilities) - and joined to it with ONNX's own composition tools (``onnx.compose``), so the
 network's nodes reach Triton exactly as exported, only renamed under a prefix.
 
-No validation here beyond what ``onnx.compose`` checks: :mod:`inferline_models.importer` decides
-what is acceptable and runs the result.
+No validation here beyond what ``onnx.compose`` checks: the importer decides what is acceptable
+(:mod:`inferline_models.input_plan`) and runs the result (:mod:`inferline_models.trial_run`).
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ import onnxruntime as ort
 import pytest
 
 from inferline_models import triton
-from inferline_models.importer import ImportOptions, import_classifier, normalisation
+from inferline_models.import_settings import ImportOptions, normalisation
+from inferline_models.importer import import_classifier
 from inferline_models.onnx_backend import (
     EXECUTION_PROVIDERS,
     OnnxRunner,
