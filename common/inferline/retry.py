@@ -2,7 +2,7 @@
 
 Through Envoy, an inner hop's retries are Envoy's: a request that met a replica going away (a
 reset, a refused connection or stream) is retried on another host, within a budget, and an
-error a replica answered is passed up as it is (inferline_envoy.config's RETRY_ON_HOP). A hop
+error a replica answered is passed up as it is (inferline_envoy.params' RETRY_ON_HOP). A hop
 dialled proxyless (middleman to the batchers) has no Envoy, so its client does the same here,
 and nothing else retries it (one layer retries):
 

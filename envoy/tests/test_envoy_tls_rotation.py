@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from eds.sources import endpoints_file
-from inferline_envoy import config as ec
+from inferline_envoy.sds import write_sds
 from inferline_stack import certs
 from inferline_testing.harness import EdsProcess, EnvoyProcess, envoy_params
 from inferline_testing.waits import wait_for
@@ -56,7 +56,7 @@ async def envoy(tmp_path: Path) -> AsyncIterator[tuple[EnvoyProcess, Path]]:
         public_tls_key=str(secret / "tls.key"),
         sds_dir=str(tmp_path / "sds"),
     )
-    ec.write_sds(params)  # as the renderer does beside the bootstrap
+    write_sds(params)  # as the renderer does beside the bootstrap
     proxy = EnvoyProcess(tmp_path, params)
     try:
         await proxy.start_ready()

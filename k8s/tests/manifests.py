@@ -31,6 +31,10 @@ from typing import Any
 import yaml
 
 from inferline_envoy import config as envoy_config
+from inferline_envoy import render as envoy_render
+from inferline_envoy.params import KUBERNETES, EnvoyParams
+from inferline_envoy.sds import render_sds
+from inferline_envoy.template import dump
 from inferline_testing import tools
 from inferline_testing.ports import free_port
 
@@ -271,12 +275,12 @@ class Bootstrap:
     """Envoy's bootstrap as its pod renders it (the init container's flags, through the renderer
     in the Envoy image), and the SDS files beside it where the flags ask for them (by name)."""
 
-    params: envoy_config.EnvoyParams
+    params: EnvoyParams
     config: dict[str, Any]
     sds: dict[str, dict[str, Any]]
 
     def text(self) -> str:
-        return envoy_config.dump(self.config)
+        return dump(self.config)
 
 
 def envoy_bootstrap(objects: list[dict[str, Any]]) -> Bootstrap:
@@ -285,10 +289,10 @@ def envoy_bootstrap(objects: list[dict[str, Any]]) -> Bootstrap:
     [init] = [c for c in pod.get("initContainers", []) if c["name"] == "bootstrap"]
     assert init["command"] == ["python", "-m", "inferline_envoy.config"], init["command"]
     params, _ = envoy_config.parse_args(init["args"])
-    return Bootstrap(params, envoy_config.render(params), envoy_config.render_sds(params))
+    return Bootstrap(params, envoy_render.render(params), render_sds(params))
 
 
-def local_bootstrap(text: str, eds_port: int) -> tuple[dict[str, Any], envoy_config.EnvoyParams]:
+def local_bootstrap(text: str, eds_port: int) -> tuple[dict[str, Any], EnvoyParams]:
     """The rendered bootstrap with local addresses: free listener and admin ports on
     127.0.0.1, the xDS cluster at the local eds. Nothing else changes."""
     config = yaml.safe_load(text)
@@ -319,7 +323,7 @@ def local_bootstrap(text: str, eds_port: int) -> tuple[dict[str, Any], envoy_con
             socket.update(address="127.0.0.1", port_value=eds_port)
     admin["port_value"] = admin_port
     params = dataclasses.replace(
-        envoy_config.KUBERNETES, listeners=tuple(hops), admin_port=admin_port,
+        KUBERNETES, listeners=tuple(hops), admin_port=admin_port,
         probe_port=probe_port, xds_host="127.0.0.1", xds_port=eds_port,
     )  # fmt: skip
     return config, params

@@ -82,7 +82,7 @@ def test_no_manifest_overrides_a_bound(target: str) -> None:
 def test_envoys_retries_are_the_ones_a_proxyless_hop_makes() -> None:
     """Envoy's retries and retry budget (the manifests render its defaults) and
     inferline.retry's, which a hop dialled proxyless makes, are one policy."""
-    from inferline_envoy.config import EnvoyParams
+    from inferline_envoy.params import EnvoyParams
 
     params = EnvoyParams()
     assert params.retry_budget_percent == capacity.RETRY_BUDGET_PERCENT

@@ -47,8 +47,8 @@ from aiohttp import web
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from inferline_envoy import admin as envoy_admin
-from inferline_envoy import config as envoy_config
 from inferline_envoy import proxyless
+from inferline_envoy.params import KUBERNETES
 from inferline_testing.harness import EnvoyProcess, Probe, Process, python, wait_serving
 from inferline_testing.ports import free_port
 from inferline_testing.probe import STATS_MODEL
@@ -296,7 +296,7 @@ async def test_rendered_eds_and_envoy_route_to_every_services_endpoints(
         if port_name not in ports:
             only_port[service] = ports[0]
     assert set(only_port) == {"middleman-rest"}
-    public = dict((r, c) for c, r in envoy_config.KUBERNETES.rest)  # REST cluster -> listener
+    public = dict((r, c) for c, r in KUBERNETES.rest)  # REST cluster -> listener
     triton_annotations = find(objects, "Deployment", "triton")["spec"]["template"]["metadata"][
         "annotations"
     ]
@@ -388,7 +388,7 @@ async def test_rendered_eds_and_envoy_route_to_every_services_endpoints(
                 answer = await backend_behind(envoy.listener(service))
             assert answer == probe.replica_id, f"listener for {service} reached {answer}"
         exposed = {p["containerPort"] for p in envoy_container["ports"]}
-        assert {port for _, port in envoy_config.KUBERNETES.listeners} <= exposed
+        assert {port for _, port in KUBERNETES.listeners} <= exposed
 
         # middleman's proxyless channel: the bootstrap its pod renders, only eds's address local.
         xds_server["server_uri"] = f"127.0.0.1:{eds_port}"

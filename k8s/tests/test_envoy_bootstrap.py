@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from inferline_envoy import config as envoy_config
+from inferline_envoy import binary as envoy_binary
+from inferline_envoy.params import KUBERNETES
+from inferline_envoy.template import dump
 from inferline_stack import auth, certs
 from k8s.tests.manifests import OVERLAYS, Bootstrap, envoy_bootstrap, find, render
 
@@ -56,8 +58,8 @@ def validate(bootstrap: Bootstrap, tmp_path: Path) -> None:
     for name, resource in bootstrap.sds.items():
         sds_dir = Path(moved(bootstrap.params.sds_dir))
         sds_dir.mkdir(exist_ok=True)
-        (sds_dir / name).write_text(moved(envoy_config.dump(resource)), encoding="utf-8")
-    ok, output = envoy_config.validate(folders[BOOTSTRAP_DIR] / "envoy.yaml")
+        (sds_dir / name).write_text(moved(dump(resource)), encoding="utf-8")
+    ok, output = envoy_binary.validate(folders[BOOTSTRAP_DIR] / "envoy.yaml")
     assert ok, output
 
 
@@ -66,7 +68,7 @@ def test_the_overlays_bootstrap_is_the_kubernetes_render_and_envoy_accepts_it(
     overlay: str, tmp_path: Path
 ) -> None:
     bootstrap = envoy_bootstrap(render(f"overlays/{overlay}"))
-    assert bootstrap.params == envoy_config.KUBERNETES and not bootstrap.sds
+    assert bootstrap.params == KUBERNETES and not bootstrap.sds
     validate(bootstrap, tmp_path)
 
 

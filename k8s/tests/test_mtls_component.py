@@ -28,7 +28,7 @@ from eds.sources import endpoints_file
 from inferline.server import RunningServer, start_server
 from inferline.tls import ServerTls
 from inferline_envoy import admin as envoy_admin
-from inferline_envoy import config as envoy_config
+from inferline_envoy.template import dump
 from inferline_stack import certs
 from inferline_testing.harness import EnvoyProcess, Process, python, wait_serving
 from inferline_testing.ports import free_port
@@ -152,9 +152,9 @@ async def test_envoy_reaches_eds_and_a_gpu_pod_over_mtls_with_the_rendered_setti
             return text.replace(MTLS_DIR, str(folder)).replace(bootstrap.params.sds_dir, str(sds))
 
         for name, resource in bootstrap.sds.items():
-            (sds / name).write_text(local(envoy_config.dump(resource)), encoding="utf-8")
+            (sds / name).write_text(local(dump(resource)), encoding="utf-8")
         config, params = manifests.local_bootstrap(local(bootstrap.text()), eds_port)
-        envoy = EnvoyProcess(tmp_path, params, config=yaml.safe_load(envoy_config.dump(config)))
+        envoy = EnvoyProcess(tmp_path, params, config=yaml.safe_load(dump(config)))
         await envoy.start_ready(WAIT_S)
 
         # Its configuration came over mTLS; its health checks reach the pod over mTLS.

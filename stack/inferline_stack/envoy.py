@@ -8,7 +8,10 @@ import hashlib
 import os
 
 from inferline import capacity, timing, tracing
-from inferline_envoy import config as envoy_config
+from inferline_envoy.binary import envoy_binary
+from inferline_envoy.params import LOCAL, EnvoyParams
+from inferline_envoy.render import render
+from inferline_envoy.template import dump
 from inferline_stack import auth, certs, health, traceview
 from inferline_stack.config import StackConfig
 from inferline_stack.services import (
@@ -22,9 +25,9 @@ from inferline_stack.services import (
 )
 
 
-def params(config: StackConfig) -> envoy_config.EnvoyParams:
+def params(config: StackConfig) -> EnvoyParams:
     chosen = dataclasses.replace(
-        envoy_config.LOCAL,
+        LOCAL,
         listeners=config.listeners,
         admin_port=config.envoy_admin_port,
         xds_host=HOST,
@@ -91,11 +94,11 @@ def service(config: StackConfig) -> Service:
     flags = ["--disable-hot-restart", "--concurrency", str(workers(config)), "-l", "warning"]
     return Service(
         name=ENVOY,
-        argv=[envoy_config.envoy_binary(), "-c", str(path), *flags],
+        argv=[envoy_binary(), "-c", str(path), *flags],
         address=admin,
         check=lambda: health.envoy_ready(admin),
         metrics=f"{admin}/stats/prometheus",
-        inputs=envoy_config.dump(envoy_config.render(params(config))),
+        inputs=dump(render(params(config))),
         certs=certs_digest(config, certs.PUBLIC, certs.CLIENT) + key_set_digest(config),
     )
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from eds.sources import endpoints_file
 from inferline import tracing
-from inferline_envoy import config as envoy_config
+from inferline_envoy import binary as envoy_binary
 from inferline_stack import (
     auth,
     certs,
@@ -101,7 +101,7 @@ def _up(config: StackConfig, table: ProcessTable) -> None:
     else:
         path = services.run_path(config, "envoy.yaml")
         path.write_text(envoy.inputs, encoding="utf-8")
-        ok, output = envoy_config.validate(path)
+        ok, output = envoy_binary.validate(path)
         if not ok:
             raise StackError(f"envoy --mode validate rejects {path}:", output[-3000:])
         _ensure(config, table, envoy)

@@ -9,7 +9,8 @@ from typing import Any
 from batcher.config import Config as BatcherConfig
 from inferline import capacity
 from inferline.config import load
-from inferline_envoy import config as envoy_config
+from inferline_envoy.params import EnvoyParams
+from inferline_envoy.render import render
 from inferline_stack import envoy as stack_envoy
 from inferline_stack import services
 from inferline_stack.config import BATCHER, MAX_REPLICAS, MIDDLEMAN, PREPROCESS, StackConfig
@@ -28,7 +29,7 @@ def test_inner_hops_accept_what_the_public_limit_lets_in_plus_their_framing() ->
     inner = middleman.max_message_bytes + capacity.FRAMING_BYTES
     assert PreprocessConfig().max_message_bytes >= inner
     assert BatcherConfig().max_message_bytes >= inner
-    assert envoy_config.EnvoyParams().retry_buffer_bytes >= inner
+    assert EnvoyParams().retry_buffer_bytes >= inner
 
 
 def test_an_image_middleman_admits_fits_a_message_and_preprocess_takes_it() -> None:
@@ -53,7 +54,7 @@ def test_the_defaults_hold_what_fan_in_middlemen_admit() -> None:
 
 
 def test_envoy_is_never_the_first_to_refuse() -> None:
-    rendered = envoy_config.render(stack_envoy.params(StackConfig()))
+    rendered = render(stack_envoy.params(StackConfig()))
     clusters = rendered["static_resources"]["clusters"]
     admitted = MiddlemanConfig().max_inflight * MAX_REPLICAS
     eds_clusters = [c for c in clusters if c.get("type") == "EDS"]
@@ -68,7 +69,7 @@ def test_envoy_is_never_the_first_to_refuse() -> None:
         (threshold,) = cluster["circuit_breakers"]["thresholds"]
         assert threshold["max_requests"] >= admitted, cluster["name"]
         assert threshold["max_pending_requests"] >= admitted, cluster["name"]
-    defaults = envoy_config.EnvoyParams()  # what the Kubernetes bootstrap is rendered with
+    defaults = EnvoyParams()  # what the Kubernetes bootstrap is rendered with
     assert defaults.max_requests == capacity.ENVOY_MAX_REQUESTS
     assert defaults.max_pending_requests == capacity.ENVOY_MAX_REQUESTS
     assert defaults.retry_buffer_bytes == capacity.INNER_MESSAGE_BYTES

@@ -34,7 +34,10 @@ from demo_client.stats import Recorder, Summary
 from eds.cache import Endpoint, Health
 from inferline import kserve
 from inferline_envoy import admin as envoy_admin
-from inferline_envoy import config as envoy_config
+from inferline_envoy.binary import envoy_binary
+from inferline_envoy.params import LOCAL, EnvoyParams
+from inferline_envoy.render import render
+from inferline_envoy.template import dump
 from inferline_stack import reaper, scaling
 from inferline_stack.config import BATCHER
 from inferline_stack.services import EDS, settings
@@ -255,17 +258,17 @@ class EnvoyProcess(Process):
     def __init__(
         self,
         run_dir: Path,
-        params: envoy_config.EnvoyParams,
+        params: EnvoyParams,
         name: str = "envoy",
         config: Mapping[str, Any] | None = None,  # instead of rendering ``params``
     ) -> None:
         self.params = params
         self.config_path = run_dir / f"{name}.yaml"
         self.config_path.parent.mkdir(parents=True, exist_ok=True)
-        rendered = envoy_config.render(params) if config is None else config
-        self.config_path.write_text(envoy_config.dump(rendered))
+        rendered = render(params) if config is None else config
+        self.config_path.write_text(dump(rendered))
         argv = [
-            envoy_config.envoy_binary(),
+            envoy_binary(),
             "-c", str(self.config_path),
             "--disable-hot-restart",  # several Envoys on one machine, no shared memory
             "--concurrency", "2",
@@ -289,10 +292,10 @@ class EnvoyProcess(Process):
 
 def envoy_params(
     xds_port: int, clusters: Sequence[str], xds_api: str = "GRPC", **overrides: Any
-) -> envoy_config.EnvoyParams:
+) -> EnvoyParams:
     """Local-profile parameters on free ports for ``clusters`` (gRPC only: no REST cluster)."""
     return dataclasses.replace(
-        envoy_config.LOCAL,
+        LOCAL,
         listeners=tuple((c, free_port()) for c in clusters),
         admin_port=free_port(),
         xds_port=xds_port,

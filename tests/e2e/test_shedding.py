@@ -28,7 +28,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from eds.cache import Endpoint, Health
 from eds.sources import endpoints_file
 from inferline_envoy import admin as envoy_admin
-from inferline_envoy.config import SHED_MESSAGE
+from inferline_envoy.params import SHED_MESSAGE
 from inferline_stack import scaling
 from inferline_testing.harness import EdsProcess, EnvoyProcess, Probe, envoy_params
 from inferline_testing.ports import free_port

@@ -15,8 +15,8 @@ from demo_client.commands.common import DEFAULT_TARGET
 from demo_client.envoy_hosts import DEFAULT_ADMIN
 from eds.config import Config as EdsConfig
 from inferline_envoy import admin as envoy_admin
-from inferline_envoy import config as envoy_config
 from inferline_envoy import proxyless
+from inferline_envoy.params import DEFAULT_LISTENERS, PROFILES
 from inferline_stack.config import StackConfig
 from tools import cluster
 
@@ -24,8 +24,8 @@ PLAN = StackConfig()
 
 
 def test_envoys_renderer_listens_where_the_stack_says() -> None:
-    assert PLAN.listeners == envoy_config.DEFAULT_LISTENERS
-    for params in envoy_config.PROFILES.values():
+    assert PLAN.listeners == DEFAULT_LISTENERS
+    for params in PROFILES.values():
         assert params.listeners == PLAN.listeners
         assert params.admin_port == PLAN.envoy_admin_port
         assert params.xds_port == PLAN.eds_port == EdsConfig().port

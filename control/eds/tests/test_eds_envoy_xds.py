@@ -23,7 +23,9 @@ from eds.cache import Endpoint, EndpointCache, Health
 from eds.resources import SnapshotBuilder
 from eds.server import XdsServer
 from inferline_envoy import admin as envoy_admin
-from inferline_envoy import config as envoy_config
+from inferline_envoy.binary import validate
+from inferline_envoy.params import LOCAL
+from inferline_envoy.render import render
 from inferline_testing.harness import EnvoyProcess, envoy_params
 from inferline_testing.ports import free_port
 from inferline_testing.waits import wait_for
@@ -190,7 +192,7 @@ async def test_delta_sotw_and_plain_eds_give_envoy_the_same_endpoints(
             EnvoyProcess(tmp_path, envoy_params(control_plane.port, CLUSTERS, api), f"ads-{api}")
         )
         params = envoy_params(control_plane.port, CLUSTERS, api)
-        config = plain_eds(envoy_config.render(params), api)
+        config = plain_eds(render(params), api)
         envoys.append(EnvoyProcess(tmp_path, params, f"eds-{api}", config))
     try:
         await asyncio.gather(*(e.start_ready() for e in envoys))
@@ -217,6 +219,6 @@ async def test_delta_sotw_and_plain_eds_give_envoy_the_same_endpoints(
 
 
 def test_the_rendered_plain_eds_variant_is_valid() -> None:
-    params = dataclasses.replace(envoy_config.LOCAL, xds_api="DELTA_GRPC")
-    ok, output = envoy_config.validate(plain_eds(envoy_config.render(params), "DELTA_GRPC"))
+    params = dataclasses.replace(LOCAL, xds_api="DELTA_GRPC")
+    ok, output = validate(plain_eds(render(params), "DELTA_GRPC"))
     assert ok, output
