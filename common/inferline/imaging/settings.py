@@ -1,5 +1,6 @@
-"""The video settings that preprocess and middleman both configure: declared once
-(:class:`VideoFields`, which both ``Config`` classes inherit), checked, then built once."""
+"""The image and video settings that preprocess and middleman both configure: declared once
+(:class:`ImageFields`, :class:`VideoFields`, which both ``Config`` classes inherit), checked,
+then built once."""
 
 from __future__ import annotations
 
@@ -7,7 +8,47 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from inferline.config import require
+from inferline.imaging.decode import Geometry, Limits
 from inferline.imaging.video import Sampling, VideoLimits
+
+
+@dataclass(frozen=True)
+class ImageFields:
+    """The image geometry and limits of a service that decodes images: preprocess, and
+    middleman (a model without a model card; its limits apply on every placement)."""
+
+    # Shorter side before the centre crop; crop size: for a model without a model card (at
+    # preprocess: a request whose parameters resize and crop do not say; middleman sends each
+    # model's).
+    resize: int = Geometry.resize
+    crop: int = Geometry.crop
+    # Per image: encoded bytes (INVALID_ARGUMENT above; below max_message_bytes: an image
+    # arrives in one message); pixels decoded, checked from the header before decoding (a
+    # sequential JPEG at the DCT scale it is decoded at, 1/8 for a 200 MP photo, anything else at
+    # full size; docs/reliability.md).
+    max_image_bytes: int = Limits.max_bytes
+    max_pixels: int = Limits.max_pixels
+
+    @property
+    def geometry(self) -> Geometry:
+        return Geometry(self.resize, self.crop)
+
+    @property
+    def image_limits(self) -> Limits:
+        return Limits(self.max_image_bytes, self.max_pixels)
+
+
+def require_image_settings(config: ImageFields, prefix: str, max_message_bytes: int) -> None:
+    """Validate ``config``'s image settings, failing by ``<prefix>_<NAME>``."""
+    require(0 < config.crop <= config.resize, prefix, "crop", "must be > 0 and <= resize")
+    for name in ("max_image_bytes", "max_pixels"):
+        require(getattr(config, name) > 0, prefix, name, "must be positive")
+    require(
+        config.max_image_bytes < max_message_bytes,
+        prefix,
+        "max_image_bytes",
+        "must be below max_message_bytes (an image arrives in one message)",
+    )
 
 
 @dataclass(frozen=True)

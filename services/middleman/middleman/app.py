@@ -10,7 +10,6 @@ from aiohttp import web
 from inferline import capacity
 from inferline.admission import Admission
 from inferline.admission import Limits as AdmissionLimits
-from inferline.imaging.decode import Limits
 from inferline.imaging.settings import default_sampling, video_limits
 from inferline.server import RunningServer
 from inferline.servicer import serve
@@ -69,13 +68,9 @@ def make_preprocessor(config: Config) -> Preprocessor | None:
         return None
     if config.decoding == REMOTE:
         logger.info("decoding at the preprocess service %s", config.preprocess_url)
-        return RemotePreprocessor(config.preprocess_url, limits(config))
+        return RemotePreprocessor(config.preprocess_url, config.image_limits)
     logger.info("decoding in process on %d threads", config.decode_threads)
-    return InProcessPreprocessor(limits(config), config.decode_threads)
-
-
-def limits(config: Config) -> Limits:
-    return Limits(config.max_image_bytes, config.max_pixels)
+    return InProcessPreprocessor(config.image_limits, config.decode_threads)
 
 
 def make_frame_source(config: Config, default: Classifier) -> FrameSource:
@@ -120,7 +115,7 @@ async def start(config: Config) -> Middleman:
         Admission(admission_limits(config)),
         config.max_message_bytes,
         config.video_top_k,
-        limits(config),
+        config.image_limits,
     )
     server = await serve(
         "middleman",

@@ -95,6 +95,6 @@ def describe(name: str, config: Config) -> Classifier:
         name,
         config.triton_input,
         config.triton_output,
-        Geometry(config.resize, config.crop),
+        config.geometry,
         load_labels(config.labels_file),
     )

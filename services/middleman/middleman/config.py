@@ -6,7 +6,12 @@ from dataclasses import dataclass
 
 from inferline import capacity
 from inferline.config import require
-from inferline.imaging.settings import VideoFields, require_video_settings
+from inferline.imaging.settings import (
+    ImageFields,
+    VideoFields,
+    require_image_settings,
+    require_video_settings,
+)
 from inferline.tls import Served, require_tls
 
 PREFIX = "INFERLINE_MIDDLEMAN"
@@ -15,7 +20,7 @@ PLACEMENTS = (IN_POD, REMOTE, IN_PROCESS)
 
 
 @dataclass(frozen=True)
-class Config(Served, VideoFields):
+class Config(Served, ImageFields, VideoFields):
     # Listen address (gRPC, REST and /metrics) / gRPC port (KServe v2).
     host: str = "0.0.0.0"
     port: int = 8090
@@ -45,17 +50,7 @@ class Config(Served, VideoFields):
     # told each request's geometry; its own settings apply to limits and video sampling.
     preprocess_url: str = ""
     decode_threads: int = 2  # decoding threads (in process)
-    # A model without a card: shorter side before the crop; crop size.
-    resize: int = 256
-    crop: int = 224
     max_batch: int = 64  # images per request
-    # Encoded size limit per image (INVALID_ARGUMENT above), checked on both paths before
-    # sending: 60 MiB takes a 200 MP phone photo (20-55 MB) and stays below max_message_bytes.
-    max_image_bytes: int = capacity.MAX_IMAGE_BYTES
-    # Decoding in process: pixels decoded per image, checked from the header before decoding; a
-    # sequential JPEG counts at the DCT scale it is decoded at (a 200 MP photo at 1/8: 3.1 MP),
-    # anything else at full size (docs/reliability.md).
-    max_pixels: int = 40_000_000
     video_top_k: int = 5  # classes per frame of classifier_video when a request names no output
     # The public message limit: a request over it gets RESOURCE_EXHAUSTED naming it (over REST,
     # a body over it: 413). The server's own bound is a little higher (inner hops accept 64 KiB
@@ -94,15 +89,7 @@ class Config(Served, VideoFields):
         )
         require(self.decode_threads > 0, PREFIX, "decode_threads", "must be at least 1")
         require(self.max_batch > 0, PREFIX, "max_batch", "must be at least 1")
-        require(0 < self.crop <= self.resize, PREFIX, "crop", "must be > 0 and <= resize")
-        require(self.max_image_bytes > 0, PREFIX, "max_image_bytes", "must be positive")
-        require(
-            self.max_image_bytes < self.max_message_bytes,
-            PREFIX,
-            "max_image_bytes",
-            "must be below max_message_bytes (an image arrives in one message)",
-        )
-        require(self.max_pixels > 0, PREFIX, "max_pixels", "must be positive")
+        require_image_settings(self, PREFIX, self.max_message_bytes)
         require(self.video_top_k > 0, PREFIX, "video_top_k", "must be positive")
         require_video_settings(self, PREFIX)
         require(self.max_inflight > 0, PREFIX, "max_inflight", "must be at least 1")

@@ -7,7 +7,6 @@ import logging
 from dataclasses import dataclass
 
 from inferline import admission
-from inferline.imaging.decode import Geometry, Limits
 from inferline.imaging.settings import default_sampling, video_limits
 from inferline.server import RunningServer
 from inferline.servicer import serve
@@ -80,8 +79,8 @@ class Pod:
 
 def backend_settings(config: Config) -> BackendSettings:
     return BackendSettings(
-        geometry=Geometry(config.resize, config.crop),
-        limits=Limits(config.max_image_bytes, config.max_pixels),
+        geometry=config.geometry,
+        limits=config.image_limits,
         video_limits=video_limits(config),
         workers=config.threads,
         max_batch=config.max_batch,

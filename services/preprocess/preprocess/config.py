@@ -7,7 +7,12 @@ from dataclasses import dataclass
 
 from inferline import capacity
 from inferline.config import require
-from inferline.imaging.settings import VideoFields, require_video_settings
+from inferline.imaging.settings import (
+    ImageFields,
+    VideoFields,
+    require_image_settings,
+    require_video_settings,
+)
 from inferline.tls import Served, require_tls
 from preprocess.shm import PREFIX as SHM_PREFIX
 
@@ -26,7 +31,7 @@ def usable_cores() -> int:
 
 
 @dataclass(frozen=True)
-class Config(Served, VideoFields):
+class Config(Served, ImageFields, VideoFields):
     # Listen address (gRPC and /metrics) / gRPC port.
     host: str = "0.0.0.0"
     port: int = 8091
@@ -39,18 +44,9 @@ class Config(Served, VideoFields):
     # dali-gpu: pipelines sharing the GPU (workers CPU threads in all) / which CUDA device.
     gpu_pipelines: int = 2
     device_id: int = 0
-    # Shorter side before the crop; crop size, for a request whose parameters resize and crop do
-    # not say (middleman sends each model's).
-    resize: int = 256
-    crop: int = 224
     # Geometries decoded at once (DALI builds pipelines for each); one more is FAILED_PRECONDITION.
     max_geometries: int = 4
     max_batch: int = 64  # images per request (and the DALI pipelines' batch size)
-    # Per image: encoded bytes; pixels decoded, checked from the header before decoding (a
-    # sequential JPEG at the DCT scale it is decoded at, 1/8 for a 200 MP photo, anything else at
-    # full size; every backend alike, docs/reliability.md).
-    max_image_bytes: int = capacity.MAX_IMAGE_BYTES
-    max_pixels: int = 40_000_000
     # The message limit: middleman's public one plus a hop's framing (inferline.capacity).
     max_message_bytes: int = capacity.INNER_MESSAGE_BYTES
     # Requests (and their encoded bytes) decoding at once; more get RESOURCE_EXHAUSTED (sized
@@ -87,20 +83,11 @@ class Config(Served, VideoFields):
         require(self.workers >= 0, PREFIX, "workers", "must be >= 0 (0 = every usable core)")
         require(self.gpu_pipelines > 0, PREFIX, "gpu_pipelines", "must be at least 1")
         require(self.device_id >= 0, PREFIX, "device_id", "must be >= 0")
-        require(0 < self.crop <= self.resize, PREFIX, "crop", "must be > 0 and <= resize")
         require(self.max_geometries > 0, PREFIX, "max_geometries", "must be at least 1")
         require(self.max_batch > 0, PREFIX, "max_batch", "must be at least 1")
-        for name in (
-            "max_image_bytes", "max_pixels", "max_message_bytes", "max_inflight",
-            "max_inflight_bytes",
-        ):  # fmt: skip
+        for name in ("max_message_bytes", "max_inflight", "max_inflight_bytes"):
             require(getattr(self, name) > 0, PREFIX, name, "must be positive")
-        require(
-            self.max_image_bytes < self.max_message_bytes,
-            PREFIX,
-            "max_image_bytes",
-            "must be below max_message_bytes (an image arrives in one message)",
-        )
+        require_image_settings(self, PREFIX, self.max_message_bytes)
         require_video_settings(self, PREFIX)
         require(self.shm_slots > 0, PREFIX, "shm_slots", "must be at least 1")
         require(self.shm_slot_bytes >= 0, PREFIX, "shm_slot_bytes", "must be >= 0 (0: automatic)")
