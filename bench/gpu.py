@@ -71,7 +71,9 @@ from tritonclient.utils import InferenceServerException
 
 from bench.benchlib import PHOTOS, RESULTS, run_main
 from bench.gpu_preprocess import dali_decode_rate, gpu_name
-from bench.pipeline import CLIENT, REPOSITORY, decoder_floor_ms, measure, print_table, stack
+from bench.pipeline.measure import CLIENT, decoder_floor_ms, measure
+from bench.pipeline.report import print_table
+from bench.pipeline.stack import REPOSITORY, stack
 from demo_client.samples import build_samples
 from inferline_models.onnx_backend import Provider, missing_provider
 from inferline_models.repository import INPUT_NAME, OUTPUT_NAME, load_spec, onnx_path

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from bench.benchlib import RESULTS, ROOT
-from bench.pipeline import slow_ceiling
+from bench.pipeline.scale_out import slow_ceiling
 from tools.generated import Section
 
 PAGE = ROOT / "docs" / "performance.md"

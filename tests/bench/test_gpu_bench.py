@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench.gpu import PARTS, _parts, cores_per_gpu, no_gpu_reason
-from bench.pipeline import CLIENT
+from bench.pipeline.measure import CLIENT
 
 ROOT = Path(__file__).resolve().parents[2]
 NO_GPU = "no CUDA GPU visible to DALI"
