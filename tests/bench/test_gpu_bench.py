@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.gpu import PARTS, _parts, cores_per_gpu, no_gpu_reason
+from bench.gpu.machine import no_gpu_reason
+from bench.gpu.params import PARTS, _parts
+from bench.gpu.pipeline import cores_per_gpu
 from bench.pipeline.measure import CLIENT
 
 ROOT = Path(__file__).resolve().parents[2]
