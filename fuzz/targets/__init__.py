@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,16 @@ class Target:
             found = False
         return "" if found else f"{self.needs} is not installed"
 
+
+# The targets that run the hops' request checks: every service instrumented, a small budget, and
+# a warning (numpy's overflow, say) a crash.
+_KSERVE_CHECKS: dict[str, Any] = {
+    "instrument": ("inferline", "middleman", "preprocess", "batcher"),
+    "timeout_s": 5,
+    "memory_mb": 256,
+    "rss_limit_mb": 1024,
+    "warnings_as_errors": True,
+}
 
 _JSON_TOKENS = (
     b'"inputs"', b'"outputs"', b'"name"', b'"shape"', b'"datatype"', b'"data"', b'"id"',
@@ -93,24 +104,16 @@ TARGETS = {
             "hops make: inferline.kserve (tensors, BYTES length prefixes, shapes, parameters, "
             "class_count), middleman's inputs/outputs, preprocess's geometry and video sampling "
             "parameters, the batcher's plan/merge/split",
-            instrument=("inferline", "middleman", "preprocess", "batcher"),
             max_len=64 * 1024,
-            timeout_s=5,
-            memory_mb=256,
-            rss_limit_mb=1024,
-            warnings_as_errors=True,
+            **_KSERVE_CHECKS,
         ),
         Target(
             "kserve-tensors",
             "fuzz.targets.kserve_tensors",
             "the same checks on requests built field by field from the input (names, datatypes, "
             "shapes up to 2^63, raw or typed contents, parameters of every kind)",
-            instrument=("inferline", "middleman", "preprocess", "batcher"),
             max_len=16 * 1024,
-            timeout_s=5,
-            memory_mb=256,
-            rss_limit_mb=1024,
-            warnings_as_errors=True,
+            **_KSERVE_CHECKS,
         ),
         Target(
             "rest",
@@ -118,12 +121,8 @@ TARGETS = {
             "a KServe v2 REST infer body, JSON or JSON + binary (Inference-Header-Content-Length) "
             "-> inferline.kserve_rest.parse_infer -> the same checks as a gRPC request; a "
             "response echoing its tensors through infer_response reads back as sent",
-            instrument=("inferline", "middleman", "preprocess", "batcher"),
             max_len=64 * 1024,
-            timeout_s=5,
-            memory_mb=256,
-            rss_limit_mb=1024,
-            warnings_as_errors=True,
+            **_KSERVE_CHECKS,
             dictionary=_JSON_TOKENS,
         ),
         Target(
