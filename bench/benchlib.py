@@ -21,7 +21,7 @@ from inferline_stack.config import StackConfig
 from inferline_stack.processes import ProcessTable
 from inferline_stack.stack import down, up
 from inferline_testing import media
-from inferline_testing.overload import SIMULATED
+from inferline_testing.overload.scenario import SIMULATED
 from inferline_testing.ports import config_on_free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,8 +81,8 @@ def local_stack(run_dir: Path, **overrides: Any) -> Iterator[StackConfig]:
 @contextmanager
 def overload_stack(model: str, name: str, **settings: Any) -> Iterator[StackConfig]:
     """The local stack for the overload benchmarks: ``model`` ``simulated`` (the slow simulated
-    GPU of inferline_testing.overload) or ``real`` (EfficientNet-Lite0 on the CPU); ``settings``:
-    more StackConfig fields."""
+    GPU of inferline_testing.overload.scenario) or ``real`` (EfficientNet-Lite0 on the CPU);
+    ``settings``: more StackConfig fields."""
     overrides = {**(dict(SIMULATED) if model == "simulated" else {}), **settings}
     repository = str(ROOT / "build" / "model_repository")
     with (

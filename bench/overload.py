@@ -38,7 +38,9 @@ from typing import Any
 
 from bench.benchlib import jpegs, overload_stack, run_main, write_result
 from inferline_stack.config import StackConfig
-from inferline_testing.overload import Report, ShortDeadlines, measure, short_deadlines, table
+from inferline_testing.overload.report import table
+from inferline_testing.overload.scenario import Report, measure
+from inferline_testing.overload.short_deadlines import ShortDeadlines, short_deadlines
 
 # Goodput under ten times the capacity, as a share of the capacity measured: in front of a GPU
 # (the simulated one) refusing costs the model nothing; on these cores it competes with it.

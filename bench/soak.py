@@ -29,7 +29,9 @@ from bench.benchlib import jpegs, overload_stack, run_main, write_result
 from inferline_stack.config import TRITON, StackConfig
 from inferline_stack.processes import ProcessTable
 from inferline_stack.replicas import scale
-from inferline_testing.overload import CAPACITY_CALLERS, DEADLINE_S, offer, stack_groups
+from inferline_testing.overload.crowds import offer
+from inferline_testing.overload.scenario import CAPACITY_CALLERS, DEADLINE_S
+from inferline_testing.overload.usage import stack_groups
 from inferline_testing.procfs import group_usage
 
 MiB = 1024 * 1024

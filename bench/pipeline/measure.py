@@ -15,7 +15,7 @@ from bench.benchlib import demo_client
 from inferline.imaging.decode import Geometry, Limits, decode_image
 from inferline_envoy import admin as envoy_admin
 from inferline_stack.config import PREPROCESS, StackConfig
-from inferline_testing.overload import stack_groups
+from inferline_testing.overload.usage import stack_groups
 from inferline_testing.procfs import group_pids, process_usage
 
 CLIENT = "demo client"

@@ -1,5 +1,5 @@
 """A paced probe caller as a process of its own, so that what it measures is the pipeline, not
-the event loop of a load generator it would share (``inferline_testing.overload.probe``).
+the event loop of a load generator it would share (``inferline_testing.overload.crowds.probe``).
 
     python -m inferline_testing.paced_probe --target HOST:PORT --duration S IMAGE...
 

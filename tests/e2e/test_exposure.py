@@ -18,7 +18,7 @@ import pytest
 from inferline_stack.config import BATCHER, MAX_REPLICAS, MIDDLEMAN, PREPROCESS, TRITON, StackConfig
 from inferline_stack.services import EDS, ENVOY, parse_replica_name
 from inferline_stack.traceview import MLFLOW
-from inferline_testing.overload import stack_groups
+from inferline_testing.overload.usage import stack_groups
 from inferline_testing.procfs import group_pids, listening
 
 pytestmark = pytest.mark.e2e

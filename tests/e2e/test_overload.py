@@ -24,13 +24,9 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from inferline import capacity
 from inferline_stack.config import StackConfig
 from inferline_testing import media
-from inferline_testing.overload import (
-    SIMULATED,
-    measure,
-    short_deadline_line,
-    short_deadlines,
-    table,
-)
+from inferline_testing.overload.report import short_deadline_line, table
+from inferline_testing.overload.scenario import SIMULATED, measure
+from inferline_testing.overload.short_deadlines import short_deadlines
 from inferline_testing.requests import bytes_request
 from inferline_testing.stacks import own_stack
 
