@@ -27,7 +27,7 @@ from inferline_stack.config import StackConfig
 from inferline_stack.health import wait_ready
 from inferline_stack.processes import ProcessTable
 from inferline_testing.ports import free_port
-from inferline_testing.stacks import own_stack
+from inferline_testing.stacks import stack_fixture
 
 ROOT = Path(__file__).parent
 MODEL_REPOSITORY = ROOT / "build" / "model_repository"
@@ -64,18 +64,14 @@ def model_repository() -> Path:
     return MODEL_REPOSITORY
 
 
-@pytest.fixture(scope="session")
-def stack(
-    model_repository: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[StackConfig]:
-    """The real stack as processes on free ports; ``public_port`` is Envoy's public listener."""
-    with own_stack(
-        tmp_path_factory.mktemp("run"), "local",
-        model_repository=str(model_repository),
-        prometheus_config=str(ROOT / "grafana" / "prometheus" / "prometheus.yml"),
-        scrape_interval_s=1.0,  # series within a second or two of load
-    ) as config:  # fmt: skip
-        yield config
+# The real stack as processes on free ports: every model, Prometheus scraping every second (series
+# within a second or two of load).
+stack = stack_fixture(
+    "local",
+    scope="session",
+    prometheus_config=str(ROOT / "grafana" / "prometheus" / "prometheus.yml"),
+    scrape_interval_s=1.0,
+)
 
 
 def _service_env(service: str, port: int, **settings: str) -> dict[str, str]:

@@ -4,7 +4,8 @@
         ...
 
 ``settings`` are StackConfig fields; a stack that does not start fails the test, naming it (the
-stack has printed its log tail).
+stack has printed its log tail). :func:`stack_fixture` makes the fixture of such a stack that
+serves the session's model repository (the ``model_repository`` fixture of the root conftest).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -32,3 +33,20 @@ def own_stack(run_dir: Path, what: str, **settings: Any) -> Iterator[StackConfig
         yield config
     finally:
         down(config, table)
+
+
+def stack_fixture(
+    what: str, scope: Literal["session", "module"] = "module", **settings: Any
+) -> Any:
+    """A ``scope`` fixture: a stack of its own with ``settings``, serving the session's model
+    repository; its value is the stack's config (``public_port`` is Envoy's public listener)."""
+
+    @pytest.fixture(scope=scope)
+    def fixture(
+        model_repository: Path, tmp_path_factory: pytest.TempPathFactory
+    ) -> Iterator[StackConfig]:
+        run_dir = tmp_path_factory.mktemp(f"{what.replace(' ', '-')}-run")
+        with own_stack(run_dir, what, model_repository=str(model_repository), **settings) as c:
+            yield c
+
+    return fixture

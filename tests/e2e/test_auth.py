@@ -10,8 +10,7 @@ demo client's own clients (its --token), and Envoy's counters say what reached m
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -27,23 +26,15 @@ from inferline_envoy import admin
 from inferline_stack import auth
 from inferline_stack.config import StackConfig
 from inferline_testing import media
-from inferline_testing.stacks import own_stack
+from inferline_testing.stacks import stack_fixture
 
 pytestmark = pytest.mark.e2e
 
 TIMEOUT_S = 10.0
 
 
-@pytest.fixture(scope="module")
-def auth_stack(
-    model_repository: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[StackConfig]:
-    """A stack of its own with auth on: one model, no Prometheus (nothing here needs it)."""
-    with own_stack(
-        tmp_path_factory.mktemp("auth-run"), "auth",
-        model_repository=str(model_repository), models="", prometheus=False, auth=True,
-    ) as config:  # fmt: skip
-        yield config
+# A stack of its own with auth on: one model, no Prometheus (nothing here needs it).
+auth_stack = stack_fixture("auth", models="", prometheus=False, auth=True)
 
 
 def signing_key(config: StackConfig) -> bytes:

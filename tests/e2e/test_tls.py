@@ -13,7 +13,6 @@ import ssl
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,23 +28,15 @@ from tritonclient.utils import InferenceServerException
 from inferline_stack import certs, health, services
 from inferline_stack.config import StackConfig
 from inferline_testing import media
-from inferline_testing.stacks import own_stack
+from inferline_testing.stacks import stack_fixture
 
 pytestmark = pytest.mark.e2e
 
 TIMEOUT_S = 10.0
 
 
-@pytest.fixture(scope="module")
-def tls_stack(
-    model_repository: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[StackConfig]:
-    """A stack of its own with TLS on: one model, no Prometheus (nothing here needs them)."""
-    with own_stack(
-        tmp_path_factory.mktemp("tls-run"), "TLS",
-        model_repository=str(model_repository), models="", prometheus=False, tls=True,
-    ) as config:  # fmt: skip
-        yield config
+# A stack of its own with TLS on: one model, no Prometheus (nothing here needs them).
+tls_stack = stack_fixture("TLS", models="", prometheus=False, tls=True)
 
 
 @pytest.fixture(scope="module")
