@@ -122,6 +122,10 @@ TARGETS = (
     *EVERYTHING_THROUGH_ENVOY,
 )
 WORKLOAD_KINDS = ("Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "Job")
+# What middleman dials for the batchers: proxyless by default, through Envoy with
+# components/through-envoy (or components/mtls, which includes it).
+PROXYLESS_URL = "xds:///batcher"  # gRPC's xDS client, the batcher cluster eds serves
+ENVOY_URL = "envoy:8082"  # Envoy's batcher listener
 
 
 def kubectl() -> str:
