@@ -1,4 +1,5 @@
-"""``python -m inferline_preflight``: the node's NVIDIA driver, checked before GPU containers start.
+"""``python -m inferline_preflight`` (the image's ``inferline-preflight``): the node's NVIDIA
+driver, checked before GPU containers start.
 
 Run as the first init container of a GPU pod. Exit 0 with one line when the driver runs the
 image's CUDA version (natively, through forward compatibility on a data-center GPU, or, with a
