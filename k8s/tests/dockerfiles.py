@@ -2,7 +2,8 @@
 
 * :data:`IMAGES`, :func:`contract_ports` — the contract's image and ports tables;
 * :func:`stages`, :func:`final_stage` — a Dockerfile as stages (split at FROM) of logical
-  instructions, read as text: no container engine is needed.
+  instructions, read as text with an image's build arguments (tools/images.py) in place of its
+  ARGs, as Docker and RUN's shell put them: no container engine is needed.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ import dataclasses
 import json
 import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from tools import images
 
 ROOT = Path(__file__).resolve().parents[2]
 CONTRACT = ROOT / "k8s" / "CONTRACT.md"
@@ -33,6 +36,17 @@ class ContractImage:
     @property
     def python(self) -> bool:
         return self.name != "models"
+
+    @property
+    def planned(self) -> images.Image:
+        """Its entry in tools/images.py: the build arguments (one source), the recipe."""
+        return PLANNED[self.name]
+
+    @property
+    def distribution(self) -> str:
+        """The folder of the distribution it installs: its recipe's, or its Dockerfile's."""
+        recipe = self.planned.recipe
+        return recipe.dist if recipe else str(Path(self.dockerfile).parent)
 
 
 def contract_images() -> list[ContractImage]:
@@ -77,6 +91,7 @@ def contract_ports() -> dict[str, set[int]]:
     return ports
 
 
+PLANNED = {i.name: i for i in images.IMAGES}
 IMAGES = contract_images()
 BY_NAME = {i.name: i for i in IMAGES}
 DOCKERFILES = sorted({i.dockerfile for i in IMAGES})
@@ -144,26 +159,75 @@ def instructions(text: str) -> Iterator[Instruction]:
     assert not buffer, "a continuation runs past the end of the file"
 
 
-def stages(path: Path) -> list[Stage]:
+# Docker puts ARG values into these instructions' arguments; RUN's shell expands them (they are
+# in its environment); exec-form CMD and ENTRYPOINT get none.
+EXPANDED = {
+    "ADD",
+    "COPY",
+    "ENV",
+    "EXPOSE",
+    "LABEL",
+    "RUN",
+    "STOPSIGNAL",
+    "USER",
+    "VOLUME",
+    "WORKDIR",
+}
+_REFERENCE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def expand(text: str, scope: Mapping[str, str]) -> str:
+    """``$NAME`` and ``${NAME}`` of ``scope`` replaced by their values; the others as written."""
+    return _REFERENCE.sub(lambda m: scope.get(m.group(1) or m.group(2), m.group(0)), text)
+
+
+def stages(path: Path, build_args: Mapping[str, str] | None = None) -> list[Stage]:
+    """``path``'s stages; each ARG a stage declares takes its value from ``build_args``, else its
+    default, else "", from there to the end of that stage (Docker's scope). References to other
+    variables (ENV's ``$PATH``) stay as written."""
+    given = build_args or {}
     parsed: list[Stage] = []
+    scope: dict[str, str] = {}
     for instruction in instructions(path.read_text(encoding="utf-8")):
         if instruction.keyword == "FROM":
             words = [w for w in instruction.args.split() if not w.startswith("--")]
             name = words[2] if len(words) == 3 and words[1].upper() == "AS" else None
             parent = next((s for s in parsed if s.name == words[0]), None)
             parsed.append(Stage(words[0], name, [], parent))
-        else:
-            assert parsed, f"{path}: {instruction.keyword} before FROM"
-            parsed[-1].instructions.append(instruction)
+            scope = {}
+            continue
+        assert parsed, f"{path}: {instruction.keyword} before FROM"
+        if instruction.keyword == "ARG":
+            key, _, default = instruction.args.partition("=")
+            scope[key] = given.get(key, "".join(shlex.split(default)))
+        elif instruction.keyword in EXPANDED:
+            instruction = dataclasses.replace(instruction, args=expand(instruction.args, scope))
+        parsed[-1].instructions.append(instruction)
     return parsed
+
+
+def image_stages(image: ContractImage) -> list[Stage]:
+    """The stages of the image's Dockerfile, with its build arguments."""
+    return stages(ROOT / image.dockerfile, image.planned.build_args())
 
 
 def final_stage(image: ContractImage) -> Stage:
     """The stage the image is: its target, else the last one."""
-    all_stages = stages(ROOT / image.dockerfile)
+    all_stages = image_stages(image)
     if image.target:
         return next(s for s in all_stages if s.name == image.target)
     return all_stages[-1]
+
+
+def declared_args(stage_list: list[Stage]) -> dict[str, str]:
+    """ARG name -> its default ("" for none) over ``stage_list``."""
+    found = {}
+    for stage in stage_list:
+        for instruction in stage.instructions:
+            if instruction.keyword == "ARG":
+                key, _, default = instruction.args.partition("=")
+                found[key] = default
+    return found
 
 
 def assignments(stage: Stage, keyword: str) -> dict[str, str]:

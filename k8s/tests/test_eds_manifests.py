@@ -270,7 +270,7 @@ async def test_rendered_eds_and_envoy_route_to_every_services_endpoints(
     deployment = find(objects, "Deployment", "eds")
     namespace = deployment["metadata"]["namespace"]
     [eds] = [c for c in containers([deployment]) if c.name == "eds"]
-    assert "command" not in eds.spec, "the image's entrypoint (python -m eds) runs"
+    assert "command" not in eds.spec, "the image's entrypoint (inferline-eds) runs"
     env = container_env(eds, {"metadata.namespace": namespace, "metadata.name": "eds-0"})
     watched = env["INFERLINE_EDS_SERVICES"].split(",")
     port_name = env["INFERLINE_EDS_PORT_NAME"]

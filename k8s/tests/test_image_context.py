@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from inferline_testing.tools import missing
-from k8s.tests.dockerfiles import DOCKERFILES, ROOT, stages
+from k8s.tests.dockerfiles import IMAGES, ROOT, image_stages
 
 # --- the build context ---------------------------------------------------------------------------
 
@@ -68,9 +68,11 @@ def test_dockerignore_keeps_the_context_small(path: str) -> None:
 
 
 def _copied_sources() -> set[str]:
+    """What the images copy from the context: each image's Dockerfile read with its build
+    arguments (docker/python.Dockerfile's ``COPY ${DIST}/``)."""
     sources: set[str] = set()
-    for dockerfile in DOCKERFILES:
-        for stage in stages(ROOT / dockerfile):
+    for image in IMAGES:
+        for stage in image_stages(image):
             for instruction in stage.instructions:
                 if instruction.keyword == "COPY" and "from" not in instruction.flags():
                     sources.update(o.rstrip("/") for o in instruction.operands()[:-1])
@@ -80,6 +82,8 @@ def _copied_sources() -> set[str]:
 def test_dockerignore_keeps_what_the_dockerfiles_copy() -> None:
     sources = _copied_sources()
     assert {"constraints.txt", "common", "build/model_repository"} <= sources
+    assert {i.distribution for i in IMAGES if i.python} <= sources
+    assert not [s for s in sources if "$" in s], sources  # every build argument in place
     for source in sources:
         assert not excluded(source), source
     assert not excluded("build/model_repository/efficientnet_lite0/1/model.onnx")

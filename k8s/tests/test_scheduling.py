@@ -38,6 +38,7 @@ def check_triton_on_a_gpu(triton: dict[str, Any]) -> None:
     env = {e["name"]: e.get("value") for e in first["env"]}
     assert env["INFERLINE_PREFLIGHT_CUDA"] == TRITON_CUDA[triton_tag(triton)]
     assert env["INFERLINE_PREFLIGHT_REQUIRE_GPU"] == "true"
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"  # NVML only; the image sets none
     required = triton["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     [term] = required["nodeSelectorTerms"]
     assert term["matchExpressions"][0]["key"] == "nvidia.com/gpu.memory"
@@ -72,6 +73,7 @@ def test_gpu_component_gives_the_remote_preprocess_pool_gpus() -> None:
     assert first["name"] == "preflight" and first["resources"]["limits"]["nvidia.com/gpu"] == "1"
     env = {e["name"]: e.get("value") for e in first["env"]}
     assert env["INFERLINE_PREFLIGHT_CUDA"] == DALI_CUDA
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
     assert main["image"].startswith("inferline/preprocess-gpu:")
     assert {"name": "INFERLINE_PREPROCESS_BACKEND", "value": "dali-gpu"} in main["env"]
 

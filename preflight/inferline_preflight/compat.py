@@ -344,7 +344,7 @@ def _missing(probe: Missing, cuda: str, options: Options) -> Verdict:
         MissingKind.DRIVER: "Check the node: nvidia-smi on the host, or the logs of the GPU "
         "Operator's driver pod on it.",
         MissingKind.ERROR: CHECK_GPU_ACCESS,
-        MissingKind.MODULE: "Rebuild the image from preflight/Dockerfile.",
+        MissingKind.MODULE: "Rebuild the image: make images IMAGES=preflight.",
     }[probe.kind]
     return Verdict(
         False,

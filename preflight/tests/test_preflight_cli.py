@@ -151,6 +151,6 @@ def test_an_image_without_nvml_bindings_always_fails(capsys: pytest.CaptureFixtu
     assert main(["--termination-log", ""], {}, broken) == 1
     assert capsys.readouterr().err == (
         "preflight FAILED: this image cannot load NVML's Python bindings (import pynvml: No module "
-        "named 'pynvml'), so this image's CUDA 12.6 cannot run here. Rebuild the image from "
-        "preflight/Dockerfile.\n"
+        "named 'pynvml'), so this image's CUDA 12.6 cannot run here. Rebuild the image: make "
+        "images IMAGES=preflight.\n"
     )

@@ -319,8 +319,8 @@ def test_other_nvml_failures_and_a_broken_image() -> None:
     assert not module.ok  # even without --require-gpu: the image itself is broken
     assert module.message == (
         "preflight FAILED: this image cannot load NVML's Python bindings (import pynvml: no "
-        "module), so this image's CUDA 12.6 cannot run here. Rebuild the image from "
-        "preflight/Dockerfile."
+        "module), so this image's CUDA 12.6 cannot run here. Rebuild the image: make images "
+        "IMAGES=preflight."
     )
 
 

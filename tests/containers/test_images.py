@@ -15,6 +15,7 @@ from tools.containers import checks, standins
 from tools.containers.engine import Engine
 
 NAMES = [i.name for i in images.IMAGES]
+RECIPES = {i.name: i.recipe for i in images.IMAGES if i.recipe}  # docker/python.Dockerfile's
 # What the pods run with (k8s/base): a cluster applies the same to every image.
 RESTRICTED = (
     "--read-only", "--read-only-tmpfs=false", "--mount=type=tmpfs,destination=/tmp",
@@ -35,6 +36,34 @@ def test_the_image_runs_as_a_numeric_non_root_user(
     uid, _, gid = user.partition(":")
     assert uid.isdigit() and int(uid) != 0, f"{name}: USER {user!r}"
     assert gid.isdigit() and int(gid) != 0, f"{name}: USER {user!r}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_image_is_labelled_its_repository(
+    name: str, engine: Engine, built: dict[str, str]
+) -> None:
+    found = checks.facts(engine, built[name]).labels
+    assert found.get("org.opencontainers.image.title") == f"inferline-{name}"
+    assert len(found.get("org.opencontainers.image.description", "")) > 20
+    assert found.get("org.opencontainers.image.version") == TAG
+    recipe = RECIPES.get(name)
+    assert recipe is None or found["org.opencontainers.image.description"] == recipe.description
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_the_shared_recipe_gives_each_image_its_ports_and_command(
+    name: str, engine: Engine, built: dict[str, str]
+) -> None:
+    """docker/python.Dockerfile with the image's build arguments: its ports, and the one
+    exec-form ENTRYPOINT a link to its command (tools/images.py's recipe, the contract's)."""
+    recipe = RECIPES[name]
+    found = checks.facts(engine, built[name])
+    assert found.ports == set(recipe.ports)
+    assert found.entrypoint == [images.ENTRYPOINT]
+    with checks.mounted(engine, built[name]) as rootfs:
+        link = rootfs / "opt" / "venv" / "bin" / images.ENTRYPOINT
+        assert link.is_symlink() and str(link.readlink()) == recipe.command
+        assert (link.parent / recipe.command).is_file()
 
 
 @pytest.mark.parametrize("name", NAMES)

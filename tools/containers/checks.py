@@ -36,6 +36,8 @@ class Facts:
     size_bytes: int
     user: str
     labels: dict[str, str]
+    entrypoint: list[str]
+    ports: set[int]  # EXPOSEd, all TCP
 
 
 def facts(engine: Engine, reference: str) -> Facts:
@@ -46,6 +48,8 @@ def facts(engine: Engine, reference: str) -> Facts:
         size_bytes=int(inspected.get("Size", 0)),
         user=str(config.get("User", "")),
         labels=dict(config.get("Labels") or {}),
+        entrypoint=list(config.get("Entrypoint") or []),
+        ports={int(p.removesuffix("/tcp")) for p in config.get("ExposedPorts") or {}},
     )
 
 

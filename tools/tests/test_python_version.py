@@ -40,7 +40,7 @@ def test_every_distribution_requires_the_one_supported_python() -> None:
 def test_the_images_and_ci_run_the_same_python() -> None:
     bases = {
         match.group(1)
-        for dockerfile in ours("**/Dockerfile")
+        for dockerfile in [*ours("**/Dockerfile"), *ours("**/*.Dockerfile")]
         for match in re.finditer(r"^FROM python:(\d+\.\d+)", dockerfile.read_text(), re.M)
     }
     assert bases == {SUPPORTED}
