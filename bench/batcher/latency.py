@@ -52,7 +52,7 @@ async def rotated(
             order = names[i % len(names) :] + names[: i % len(names)]
             for name in order:
                 start = loop.time()
-                error = await send(opened[name], MODEL, request, 30.0)
+                error, _ = await send(opened[name], MODEL, request, 30.0)
                 if i < WARMUP_ROUNDS:
                     continue
                 if error is None:

@@ -8,15 +8,19 @@
 
 What a request carries comes from a *request factory* (request number → :class:`InferRequest`):
 :func:`image_requests` (the default: encoded images in the classifier's ``IMAGE`` input) or
-:func:`tensor_requests` (one raw tensor, for a model that takes pixels).
+:func:`tensor_requests` (one raw tensor, for a model that takes pixels). How each request ended
+goes to the :class:`~demo_client.stats.Recorder`, and as an :class:`Outcome` to a hook when one
+is given. A run ends by its duration or count, or when told to stop (:func:`running`: when an
+``async with`` block ends).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +97,22 @@ class InferRequest:
 
 RequestFactory = Callable[[int], InferRequest]
 """Request number (0, 1, …) → what that request carries."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one request ended: sent at ``sent`` (loop time; an open loop's request: when it was
+    due), it ended ``latency_s`` later, answered (``error`` None) or failed with that status code
+    name, saying ``message``."""
+
+    sent: float
+    latency_s: float
+    error: str | None
+    message: str = ""
+
+
+OutcomeHook = Callable[[Outcome], None]
+"""Called with the :class:`Outcome` of every request the recorder records."""
 
 
 def make_inputs(images: Sequence[bytes], transport: Transport = GRPC) -> list[Any]:
@@ -175,9 +195,12 @@ def poisson_arrivals(rate: float, seed: int | None = None) -> Iterator[float]:
         yield at
 
 
-async def send(client: Any, model: str, request: InferRequest, timeout_s: float) -> str | None:
-    """One request; ``None`` on success, else the status code name of its failure
-    (``BAD_RESPONSE``: the first requested output does not have ``request.items`` rows)."""
+async def send(
+    client: Any, model: str, request: InferRequest, timeout_s: float
+) -> tuple[str | None, str]:
+    """One request; ``(None, "")`` on success, else the status code name of its failure and
+    what it said (``BAD_RESPONSE``: the first requested output does not have ``request.items``
+    rows)."""
     name = request.outputs[0].name()
     try:
         result = await client.infer(
@@ -186,23 +209,17 @@ async def send(client: Any, model: str, request: InferRequest, timeout_s: float)
         output = result.as_numpy(name)
     except InferenceServerException as exc:
         logger.debug("request failed: %s", exc)
-        return status_name(exc)
-    except Exception:  # the run outlives any one request; the count shows it happened
+        return status_name(exc), exc.message() or str(exc)
+    except Exception as exc:  # the run outlives any one request; the count shows it happened
         logger.debug("request failed in the client", exc_info=True)
-        return "CLIENT_ERROR"
+        return "CLIENT_ERROR", repr(exc)
     if output is None or output.ndim == 0 or output.shape[0] != request.items:
-        logger.debug("bad response: %s", None if output is None else output.shape)
-        return "BAD_RESPONSE"
+        shape = None if output is None else output.shape
+        logger.debug("bad response: %s", shape)
+        return "BAD_RESPONSE", f"{name} has shape {shape}, not {request.items} rows"
     if request.on_answer is not None:
         request.on_answer(output)
-    return None
-
-
-def _record(recorder: Recorder, latency_s: float, items: int, error: str | None) -> None:
-    if error is None:
-        recorder.record_ok(latency_s, items)
-    else:
-        recorder.record_error(error, latency_s)
+    return None, ""
 
 
 class Backoff:
@@ -235,29 +252,41 @@ class _Run:
     recorder: Recorder
     measure_from: float  # loop time: requests sent (closed) or due (open) from here count
     deadline: float | None  # loop time: none sent or due from here
+    stop: asyncio.Event  # set: none sent from now on
+    on_outcome: OutcomeHook | None
+
+    def record(self, sent: float, items: int, error: str | None, message: str) -> None:
+        """A request sent (or due) at ``sent`` has ended, now."""
+        latency_s = asyncio.get_running_loop().time() - sent
+        if error is None:
+            self.recorder.record_ok(latency_s, items)
+        else:
+            self.recorder.record_error(error, latency_s)
+        if self.on_outcome is not None:
+            self.on_outcome(Outcome(sent, latency_s, error, message))
 
 
 async def _worker(run: _Run, client: Any) -> None:
-    """Closed loop: one request at a time until the deadline or the count, pausing (Backoff)
-    after a refusal for load."""
+    """Closed loop: one request at a time until the deadline, the count or the stop, pausing
+    (Backoff) after a refusal for load."""
     loop = asyncio.get_running_loop()
     backoff = Backoff()
-    while run.deadline is None or loop.time() < run.deadline:
+    while not run.stop.is_set() and (run.deadline is None or loop.time() < run.deadline):
         request = run.requests.take()
         if request is None:
             return
         sent = loop.time()
-        error = await send(client, run.config.model, request, run.config.timeout_s)
+        error, message = await send(client, run.config.model, request, run.config.timeout_s)
         if sent >= run.measure_from:
-            _record(run.recorder, loop.time() - sent, request.items, error)
+            run.record(sent, request.items, error, message)
         pause = backoff.after(error)
         if pause:
             await asyncio.sleep(pause)
 
 
 async def _arrivals(run: _Run, rate: float) -> None:
-    """Open loop: a task per arrival until the deadline or the count; then the ones in flight
-    finish (each bounded by its timeout)."""
+    """Open loop: a task per arrival until the deadline, the count or the stop; then the ones in
+    flight finish (each bounded by its timeout)."""
     loop = asyncio.get_running_loop()
     slots = asyncio.Semaphore(run.config.concurrency)
     in_flight: set[asyncio.Task[None]] = set()
@@ -265,9 +294,9 @@ async def _arrivals(run: _Run, rate: float) -> None:
 
     async def one(client: Any, request: InferRequest, due: float) -> None:
         try:
-            error = await send(client, run.config.model, request, run.config.timeout_s)
+            error, message = await send(client, run.config.model, request, run.config.timeout_s)
             if due >= run.measure_from:
-                _record(run.recorder, loop.time() - due, request.items, error)
+                run.record(due, request.items, error, message)
         finally:
             slots.release()
 
@@ -287,7 +316,7 @@ async def _arrivals(run: _Run, rate: float) -> None:
                 await asyncio.sleep(early)
             held = slots.locked()
             await slots.acquire()
-            request = run.requests.take()
+            request = None if run.stop.is_set() else run.requests.take()
             if request is None:
                 slots.release()
                 break
@@ -316,6 +345,9 @@ async def run_load(
     requests: Sequence[bytes] | RequestFactory,
     recorder: Recorder,
     stop: asyncio.Event | None = None,
+    *,
+    drain: bool = False,
+    on_outcome: OutcomeHook | None = None,
 ) -> Summary:
     """Run the load on ``clients`` and summarise it.
 
@@ -325,9 +357,11 @@ async def run_load(
 
     The recorder measures from the end of the warm-up to the deadline: requests sent (closed
     loop) or due (open loop) in that window are recorded, including those that finish after it,
-    so images/s is what was sent in the window over its length. The run ends at the deadline or
-    the count (requests in flight finish, bounded by their timeout), or at once when ``stop``
-    is set (requests in flight are abandoned).
+    so images/s is what was sent in the window over its length; ``on_outcome`` gets each of them
+    too. The run ends at the deadline or the count (requests in flight finish, bounded by their
+    timeout), or when ``stop`` is set: at once (requests in flight are abandoned), or with
+    ``drain`` once the requests in flight have finished and been recorded, none sent after it
+    (a closed-loop worker pausing after a refusal for load ends its pause first).
     """
     if not clients:
         raise ValueError("no clients")
@@ -335,7 +369,9 @@ async def run_load(
     loop = asyncio.get_running_loop()
     measure_from = loop.time() + config.warmup_s
     deadline = None if config.duration_s is None else measure_from + config.duration_s
-    run = _Run(clients, config, Requests(factory, config.count), recorder, measure_from, deadline)
+    stop = asyncio.Event() if stop is None else stop
+    numbered = Requests(factory, config.count)
+    run = _Run(clients, config, numbered, recorder, measure_from, deadline, stop, on_outcome)
     timers: list[asyncio.TimerHandle] = []
     if config.warmup_s:
         timers.append(loop.call_at(measure_from, recorder.start))
@@ -351,9 +387,12 @@ async def run_load(
     else:
         generators = [asyncio.create_task(_arrivals(run, config.rate), name="load-arrivals")]
     finished = asyncio.ensure_future(asyncio.wait(generators, return_when=asyncio.FIRST_EXCEPTION))
-    stopped = asyncio.ensure_future((stop or asyncio.Event()).wait())
+    stopped = asyncio.ensure_future(stop.wait())
     try:
         await asyncio.wait({finished, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if drain and not finished.done():
+            recorder.stop()  # the window ends at the stop; what is in flight is still recorded
+            await finished
     finally:
         for timer in timers:
             timer.cancel()
@@ -367,3 +406,26 @@ async def run_load(
         if not task.cancelled() and (error := task.exception()) is not None:
             raise error  # a bug in the generator, not a failed request
     return recorder.summary()
+
+
+@contextlib.asynccontextmanager
+async def running(
+    clients: Sequence[Any],
+    config: LoadConfig,
+    requests: Sequence[bytes] | RequestFactory,
+    recorder: Recorder,
+    *,
+    drain: bool = False,
+    on_outcome: OutcomeHook | None = None,
+) -> AsyncIterator[None]:
+    """:func:`run_load` while the ``async with`` block runs: leaving the block stops it (with
+    ``drain``, once the requests in flight have finished), unless its duration or count has
+    ended it before."""
+    stop = asyncio.Event()
+    run = run_load(clients, config, requests, recorder, stop, drain=drain, on_outcome=on_outcome)
+    task = asyncio.create_task(run)
+    try:
+        yield
+    finally:
+        stop.set()
+        await task

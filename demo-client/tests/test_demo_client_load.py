@@ -22,10 +22,12 @@ from demo_client.load import (
     Backoff,
     InferRequest,
     LoadConfig,
+    Outcome,
     Requests,
     image_requests,
     poisson_arrivals,
     run_load,
+    running,
     tensor_requests,
 )
 from demo_client.stats import Recorder
@@ -152,6 +154,60 @@ async def test_stop_event_ends_a_long_run_at_once(target: str) -> None:
         stop.set()
         summary = await asyncio.wait_for(run, WAIT_S)  # not the 600 s it was configured for
     assert summary.requests >= 5
+
+
+async def test_a_drained_stop_sends_nothing_more_and_records_what_was_in_flight(
+    fake: tuple[str, Any],
+) -> None:
+    target, servicer = fake
+    servicer.release.clear()
+    held = servicer.held
+    outcomes: list[Outcome] = []
+    config = LoadConfig(concurrency=2, duration_s=600.0)
+    stop = asyncio.Event()
+    async with open_clients(target) as clients:
+        run = run_load(clients, config, [HOLD], Recorder(2), stop, drain=True,
+                       on_outcome=outcomes.append)  # fmt: skip
+        task = asyncio.create_task(run)
+        await wait_for_state(lambda: servicer.held == held + 2, WAIT_S, "two calls")
+        stop.set()
+        servicer.release.set()
+        summary = await asyncio.wait_for(task, WAIT_S)
+    assert servicer.held == held + 2  # nothing sent after the stop ...
+    assert summary.requests == 2 and summary.errors == 0  # ... and nothing in flight abandoned
+    assert [o.error for o in outcomes] == [None, None]
+
+
+async def test_every_recorded_request_reaches_the_hook_as_it_ended(target: str) -> None:
+    outcomes: list[Outcome] = []
+    config = LoadConfig(concurrency=2, count=8, duration_s=None)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    async with open_clients(target) as clients:
+        summary = await run_load(
+            clients, config, [*GOOD, BAD], Recorder(2), on_outcome=outcomes.append
+        )
+    ended = loop.time()
+    assert len(outcomes) == summary.requests == 8
+    failed = [o for o in outcomes if o.error is not None]
+    assert [(o.error, o.message) for o in failed] == [
+        ("INVALID_ARGUMENT", "image 0 does not decode")
+    ] * 2  # requests 3 and 7 carry BAD
+    assert all(o.message == "" for o in outcomes if o.error is None)
+    assert all(started <= o.sent and o.sent + o.latency_s <= ended for o in outcomes)
+    assert all(o.latency_s > 0 for o in outcomes)
+
+
+async def test_running_loads_until_its_block_ends(target: str) -> None:
+    recorder = CountingRecorder(5, concurrency=2)
+    config = LoadConfig(concurrency=2, duration_s=600.0)
+
+    async def block() -> None:
+        async with open_clients(target) as clients, running(clients, config, GOOD, recorder):
+            await recorder.reached.wait()
+
+    await asyncio.wait_for(block(), WAIT_S)  # not the 600 s it was configured for
+    assert recorder.requests >= 5
 
 
 async def test_warm_up_requests_are_sent_but_not_recorded(fake: tuple[str, Any]) -> None:

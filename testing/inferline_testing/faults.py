@@ -19,12 +19,10 @@ from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from tritonclient.utils import InferenceServerException
-
-from demo_client.client import open_clients, status_name
-from demo_client.load import image_requests
+from demo_client.client import open_clients
+from demo_client.load import LoadConfig, Outcome, running
+from demo_client.stats import Recorder
 from inferline_envoy import admin as envoy_admin
 from inferline_stack import services
 from inferline_stack.config import BATCHER, MIDDLEMAN, TRITON, StackConfig
@@ -42,14 +40,7 @@ KILL, STOP = "kill -9", "SIGSTOP"
 FAULTS = (KILL, STOP)
 REPLICAS = 2  # of every tier: one is lost, the other serves
 WAIT_S = 60.0  # generous: only bounds how long a broken run takes to fail
-
-
-@dataclass(frozen=True)
-class Outcome:
-    sent: float  # loop time
-    latency_s: float
-    error: str | None  # a status code name, None when answered
-    message: str = ""  # what the failure said
+LOAD_BOUND_S = 3600.0  # leaving its block ends a closed loop: this only bounds it
 
 
 @dataclass
@@ -67,34 +58,17 @@ class Load:
 async def closed_loop(
     target: str, images: Sequence[bytes], concurrency: int = 8, timeout_s: float = 10.0
 ) -> AsyncIterator[Load]:
-    """``concurrency`` callers, one request at a time each, while the block runs; on leaving,
-    each caller finishes the request it has in flight (bounded by ``timeout_s``)."""
-    load, stop = Load(), asyncio.Event()
-    factory = image_requests(images)
-    loop = asyncio.get_running_loop()
-
-    async def caller(client: Any, number: int) -> None:
-        while not stop.is_set():
-            sent = loop.time()
-            request = factory(number)
-            inputs, outputs = list(request.inputs), list(request.outputs)
-            error, message = None, ""
-            try:
-                await client.infer("classifier", inputs, outputs=outputs, client_timeout=timeout_s)
-            except InferenceServerException as exc:
-                error, message = status_name(exc), exc.message() or str(exc)
-            load.outcomes.append(Outcome(sent, loop.time() - sent, error, message))
-            number += concurrency
-
-    async with open_clients(target, 2) as clients:
-        callers = [
-            asyncio.create_task(caller(clients[i % len(clients)], i)) for i in range(concurrency)
-        ]
-        try:
-            yield load
-        finally:
-            stop.set()
-            await asyncio.gather(*callers)
+    """``concurrency`` callers (the demo client's closed loop), one request at a time each,
+    while the block runs; on leaving, each caller finishes the request it has in flight (bounded
+    by ``timeout_s``)."""
+    load, recorder = Load(), Recorder(concurrency)
+    config = LoadConfig(concurrency=concurrency, timeout_s=timeout_s, duration_s=LOAD_BOUND_S)
+    hook = load.outcomes.append
+    async with (
+        open_clients(target, 2) as clients,
+        running(clients, config, images, recorder, drain=True, on_outcome=hook),
+    ):
+        yield load
 
 
 @dataclass(frozen=True)

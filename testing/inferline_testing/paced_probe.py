@@ -32,7 +32,7 @@ async def paced(
         await client.is_server_live()  # connected before the first measured request
         number = 0
         while (sent := loop.time()) < end:
-            error = await send(client, "classifier", factory(number), timeout_s)
+            error, _ = await send(client, "classifier", factory(number), timeout_s)
             samples.append((sent, loop.time() - sent, error))
             number += 1
             await asyncio.sleep(max(sent + pace_s - loop.time(), 0.0))

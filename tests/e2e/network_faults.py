@@ -13,18 +13,19 @@ import asyncio
 import contextlib
 import shutil
 import tempfile
-import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
 import numpy as np
-from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from demo_client.client import open_clients
+from demo_client.load import LoadConfig, Outcome, running, tensor_requests
+from demo_client.stats import Recorder
 from eds.cache import Endpoint, Health
 from eds.sources import endpoints_file
 from inferline_envoy import admin as envoy_admin
+from inferline_models.repository import INPUT_NAME, OUTPUT_NAME
 from inferline_stack import health
 from inferline_stack.processes import kill_group
 from inferline_testing import netns
@@ -47,6 +48,9 @@ CONCURRENCY = 8
 START_S = 120.0  # a Triton replica starting on a busy small machine
 WAIT_S = 30.0  # generous bounds: only how long a broken run takes to fail
 WINDOW = 300  # requests per measured phase
+LOAD_BOUND_S = 3600.0  # leaving its block ends the load: this only bounds it
+# Every request: one black image, as the model takes it (uint8 pixels, [1, 3, 224, 224]).
+REQUESTS = tensor_requests(INPUT_NAME, np.zeros((1, 3, 224, 224), np.uint8), OUTPUT_NAME)
 
 
 class Replica(Process):
@@ -92,76 +96,48 @@ class Replica(Process):
 
 
 @dataclass
-class Outcome:
-    start: float  # time.monotonic()
-    end: float
-    code: grpc.StatusCode
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.code == grpc.StatusCode.OK)
-
-    @property
-    def latency_ms(self) -> float:
-        return (self.end - self.start) * 1000.0
-
-
-@dataclass
 class Load:
-    """Closed-loop ModelInfer calls through Envoy, each with the deadline :data:`DEADLINE_S`."""
+    """What the closed loop through Envoy has seen so far (``sent``: loop time, which is
+    ``time.monotonic()``)."""
 
     outcomes: list[Outcome] = field(default_factory=list)
 
     @property
     def failed(self) -> list[Outcome]:
-        return [o for o in self.outcomes if not o.ok]
+        return [o for o in self.outcomes if o.error is not None]
+
+    def failures(self) -> list[tuple[str | None, int]]:
+        """Each failed request's status and milliseconds, as a failed assertion shows them."""
+        return [(o.error, round(o.latency_s * 1000)) for o in self.failed]
 
     def since(self, start: float) -> list[Outcome]:
-        """Those started at ``start`` or later."""
-        return [o for o in self.outcomes if o.start >= start]
+        """Those sent at ``start`` or later."""
+        return [o for o in self.outcomes if o.sent >= start]
 
     def ended(self, moment: float) -> list[Outcome]:
-        """Those that ended at ``moment`` or later (in flight then, or started since)."""
-        return [o for o in self.outcomes if o.end >= moment]
+        """Those that ended at ``moment`` or later (in flight then, or sent since)."""
+        return [o for o in self.outcomes if o.sent + o.latency_s >= moment]
 
     async def flowing(self, requests: int = 50, timeout_s: float = WAIT_S) -> None:
         target = len(self.outcomes) + requests
         await wait_for_state(lambda: len(self.outcomes) >= target, timeout_s, f"{requests} more")
 
 
-def request() -> service_pb2.ModelInferRequest:
-    image = np.zeros((1, 3, 224, 224), np.uint8)
-    tensor = service_pb2.ModelInferRequest().InferInputTensor(
-        name="INPUT", datatype="UINT8", shape=list(image.shape)
-    )
-    return service_pb2.ModelInferRequest(
-        model_name=MODEL, inputs=[tensor], raw_input_contents=[image.tobytes()]
-    )
-
-
 @contextlib.asynccontextmanager
 async def load(target: str) -> AsyncIterator[Load]:
-    recorder, stop = Load(), asyncio.Event()
-    message = request()
-
-    async def worker(stub: service_pb2_grpc.GRPCInferenceServiceStub) -> None:
-        while not stop.is_set():
-            start = time.monotonic()
-            try:
-                await stub.ModelInfer(message, timeout=DEADLINE_S)
-                code = grpc.StatusCode.OK
-            except grpc.aio.AioRpcError as exc:
-                code = exc.code()
-            recorder.outcomes.append(Outcome(start, time.monotonic(), code))
-
-    async with grpc.aio.insecure_channel(target) as channel:
-        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        tasks = [asyncio.create_task(worker(stub)) for _ in range(CONCURRENCY)]
-        try:
-            yield recorder
-        finally:
-            stop.set()
-            await asyncio.gather(*tasks)  # each finishes its call: within its deadline
+    """The demo client's closed loop on ``target`` while the block runs: :data:`CONCURRENCY`
+    callers, each request a black image with the deadline :data:`DEADLINE_S`; on leaving, each
+    caller finishes its request in flight (within its deadline)."""
+    traffic, recorder = Load(), Recorder(CONCURRENCY)
+    config = LoadConfig(
+        model=MODEL, concurrency=CONCURRENCY, timeout_s=DEADLINE_S, duration_s=LOAD_BOUND_S
+    )
+    hook = traffic.outcomes.append
+    async with (
+        open_clients(target) as clients,
+        running(clients, config, REQUESTS, recorder, drain=True, on_outcome=hook),
+    ):
+        yield traffic
 
 
 @dataclass
@@ -220,5 +196,5 @@ async def start(*replicas: Replica) -> None:
 
 
 def latencies(outcomes: list[Outcome]) -> str:
-    ms = [o.latency_ms for o in outcomes if o.ok]
+    ms = [o.latency_s * 1000.0 for o in outcomes if o.error is None]
     return f"p50 {percentile(ms, 50):.0f} ms, p99 {percentile(ms, 99):.0f} ms"

@@ -24,10 +24,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 import pytest
-from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from demo_client.client import open_clients
+from demo_client.load import LoadConfig, Outcome, run_load
+from demo_client.stats import Recorder
 from eds.sources import endpoints_file
 from inferline_envoy import admin as envoy_admin
 from inferline_stack import scaling
@@ -38,7 +39,6 @@ from inferline_testing.harness import (
     Probe,
     envoy_params,
 )
-from inferline_testing.requests import bytes_request
 
 pytestmark = pytest.mark.e2e
 
@@ -91,25 +91,19 @@ async def chain(tmp_path: Path, fails: tuple[str, ...], **batcher: object) -> As
         await asyncio.gather(*(p.stop(2.0) for p in reversed(processes)))
 
 
-def image_request(i: int) -> service_pb2.ModelInferRequest:
-    return bytes_request([f"image {i}".encode()], shape=[1, 1], request_id=str(i))
-
-
 async def callers(target: str, concurrency: int, each: int) -> Counter[str]:
-    """``concurrency`` closed-loop callers, ``each`` one-image requests apiece: status counts."""
+    """``concurrency * each`` one-image requests, every image its own, from ``concurrency``
+    closed-loop callers (the demo client's): status counts."""
+    count = concurrency * each
+    images = [f"image {i}".encode() for i in range(count)]
+    config = LoadConfig(concurrency=concurrency, count=count, duration_s=None, timeout_s=DEADLINE_S)
     codes: Counter[str] = Counter()
-    async with grpc.aio.insecure_channel(target) as channel:
-        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
 
-        async def caller(n: int) -> None:
-            for i in range(each):
-                try:
-                    await stub.ModelInfer(image_request(n * each + i), timeout=DEADLINE_S)
-                    codes["OK"] += 1
-                except grpc.aio.AioRpcError as exc:
-                    codes[exc.code().name] += 1
+    def ended(outcome: Outcome) -> None:
+        codes[outcome.error or "OK"] += 1
 
-        await asyncio.gather(*(caller(n) for n in range(concurrency)))
+    async with open_clients(target) as clients:
+        await run_load(clients, config, images, Recorder(concurrency), on_outcome=ended)
     return codes
 
 

@@ -4,20 +4,17 @@ a background load: refused DEADLINE_EXCEEDED, and never reaching Triton."""
 from __future__ import annotations
 
 import asyncio
-import time
 import urllib.request
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-import tritonclient.grpc.aio as triton
 from prometheus_client.parser import text_string_to_metric_families
-from tritonclient.utils import InferenceServerException
 
 from demo_client.client import open_clients
-from demo_client.stats import Summary
+from demo_client.load import LoadConfig, Outcome, run_load
+from demo_client.stats import Recorder, Summary
 from inferline_stack.config import StackConfig
 from inferline_testing.overload.crowds import offer
 from inferline_testing.waits import wait_for_state
@@ -33,13 +30,6 @@ def triton_inferences(config: StackConfig) -> float:
         if family.name == "nv_inference_count"
         for sample in family.samples
     )
-
-
-@dataclass(frozen=True)
-class Outcome:
-    elapsed_s: float
-    status: str  # "StatusCode.DEADLINE_EXCEEDED", …; "" when answered
-    message: str
 
 
 SHORT_DEADLINE_S = 0.05
@@ -59,16 +49,16 @@ class ShortDeadlines:
     inferred: float
 
     def refused(self) -> list[Outcome]:
-        return [o for o in self.outcomes if o.status.endswith("DEADLINE_EXCEEDED")]
+        return [o for o in self.outcomes if o.error == "DEADLINE_EXCEEDED"]
 
     def to_dict(self) -> dict[str, Any]:
         refused = self.refused()
-        slowest = max((o.elapsed_s for o in refused), default=None)
+        slowest = max((o.latency_s for o in refused), default=None)
         return {
             "deadline_ms": SHORT_DEADLINE_S * 1000,
             "background_callers": SHORT_CALLERS,
             "requests": len(self.outcomes),
-            "by_status": dict(Counter(o.status or "OK" for o in self.outcomes)),
+            "by_status": dict(Counter(o.error or "OK" for o in self.outcomes)),
             "refused": len(refused),
             "slowest_refusal_ms": None if slowest is None else round(slowest * 1000, 1),
         }
@@ -77,31 +67,24 @@ class ShortDeadlines:
 async def short_deadlines(
     config: StackConfig, images: Sequence[bytes], count: int = 20
 ) -> ShortDeadlines:
-    """``count`` requests of ``images[0]`` with a :data:`SHORT_DEADLINE_S` deadline, once the
-    background load (:data:`SHORT_CALLERS` callers) has had Triton answer a few batches."""
+    """``count`` requests of ``images[0]`` with a :data:`SHORT_DEADLINE_S` deadline, one at a
+    time (the demo client's loop, one caller), once the background load (:data:`SHORT_CALLERS`
+    callers) has had Triton answer a few batches."""
     target = f"127.0.0.1:{config.public_port}"
     before = triton_inferences(config)
     background = asyncio.create_task(
         offer(target, images, duration_s=8.0, concurrency=SHORT_CALLERS, channels=2)
     )
-    tensor = triton.InferInput("IMAGE", [1], "BYTES")
-    tensor.set_data_from_numpy(np.array([images[0]], dtype=np.object_))
-    outcomes = []
-    async with open_clients(target) as (client,):
+    short = LoadConfig(concurrency=1, count=count, duration_s=None, timeout_s=SHORT_DEADLINE_S)
+    outcomes: list[Outcome] = []
+    async with open_clients(target) as clients:
         await wait_for_state(
             lambda: triton_inferences(config) - before >= 96,
             60.0,
             "96 images of the background load inferred",
             abort=lambda: ended(background),
         )
-        for _ in range(count):
-            start = time.perf_counter()
-            try:
-                await client.infer("classifier", [tensor], client_timeout=SHORT_DEADLINE_S)
-                status, message = "", ""
-            except InferenceServerException as error:
-                status, message = str(error.status()), str(error.message())
-            outcomes.append(Outcome(time.perf_counter() - start, status, message))
+        await run_load(clients, short, images[:1], Recorder(), on_outcome=outcomes.append)
     summary = await background
     return ShortDeadlines(outcomes, summary, triton_inferences(config) - before)
 
