@@ -232,8 +232,8 @@ def die_with_parent(signum: int = signal.SIGTERM) -> Callable[[], None]:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP, raised like Ctrl-C's KeyboardInterrupt so that every ``finally`` runs
-    (asyncio.run cancels its tasks, pytest tears its fixtures down)."""
+    """SIGTERM, SIGHUP or SIGINT, raised like Ctrl-C's KeyboardInterrupt so that every
+    ``finally`` runs (asyncio.run cancels its tasks, pytest tears its fixtures down)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
@@ -242,12 +242,18 @@ class Terminated(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def signals_raise(
-    signums: Sequence[int] = (signal.SIGTERM, signal.SIGHUP),
+    signums: Sequence[int] = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT),
 ) -> Iterator[threading.Event]:
     """Within the block, ``signums`` raise :class:`Terminated` in the main thread. Once: the
     event it yields is set then, and while it is set (the block set it: it is cleaning up) a
     signal does nothing, so that it does not cut short the cleanup. Elsewhere than in the main
-    thread (where signals cannot be handled) it does nothing."""
+    thread (where signals cannot be handled) it does nothing.
+
+    SIGINT too, though Python raises KeyboardInterrupt for it already: under ``asyncio.run``
+    Python's own handler only cancels the main task, and a coroutine that ends without raising
+    that cancellation (a CancelledError turned into a result on the way, as a timeout helper
+    may) lost Ctrl-C altogether: a benchmark went on to its end and exited 0. asyncio.run
+    leaves a handler of the program's own in place, so this one raises wherever it lands."""
     stopping = threading.Event()
     if threading.current_thread() is not threading.main_thread():
         yield stopping
