@@ -144,9 +144,13 @@ grafana: ## Grafana (official container) on :3000 with inferline's dashboards, r
 		-v $(CURDIR)/grafana/dashboards:/etc/grafana/dashboards/inferline:ro \
 		$(GRAFANA_IMAGE)
 
+# make test spreads its tests over TEST_WORKERS processes (pytest-xdist): each worker starts a
+# stack of its own where its tests need one, a module's tests stay on one worker (conftest.py),
+# and the network-fault tests, which change the machine's routing rules, on one at a time.
+TEST_WORKERS ?= 2
 test: MODELS = efficientnet_lite0 efficientnet_lite2  # the session's stack serves both
-test: model ## run every test (unit, service and end-to-end through the real Triton server); make test-containers runs the images
-	$(PY) -m pytest --ignore=tests/containers $(PYTEST_ARGS)
+test: model ## run every test (unit, service and end-to-end through the real Triton server) over TEST_WORKERS=2 processes; make test-containers runs the images
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/containers $(PYTEST_ARGS)
 
 test-fast: setup ## the unit and service tests, no stack and no end-to-end test, spread over the cores: the check before a commit (make test runs everything)
 	$(PY) -m pytest -n auto -m "not e2e and not stack" $(TEST_DIRS) tests/bench $(PYTEST_ARGS)

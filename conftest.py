@@ -46,10 +46,15 @@ STACKS = {"stack", "public_url", "public_rest_url", "middlemen"}  # fixtures tha
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark what needs the session's stack (``stack``): `make test-fast` leaves it out."""
+    """Mark what needs the session's stack (``stack``): `make test-fast` leaves it out. Under
+    pytest-xdist's ``--dist loadgroup`` (`make test`), a module's tests run on one worker, so a
+    module's own stack starts once; a module marked with a group of its own (what shares
+    something of the machine's, such as its routing rules) runs on that group's worker."""
     for item in items:
         if STACKS & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.stack)
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,8 @@ from inferline_testing.waits import wait_for
 
 from .network_faults import CLUSTER, WAIT_S, WINDOW, Replica, load, namespaces, rig, start
 
-pytestmark = pytest.mark.e2e
+# One worker at a time changes the machine's routing rules (inferline_testing.netns).
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("netns")]
 
 CUT_S = 30.0  # how long the control plane is cut off (the 30 s)
 

@@ -22,7 +22,8 @@ from inferline_testing.waits import wait_for
 
 from .network_faults import DELAY_MS, WAIT_S
 
-pytestmark = pytest.mark.e2e
+# One worker at a time changes the machine's routing rules (inferline_testing.netns).
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("netns")]
 
 
 ECHO = """

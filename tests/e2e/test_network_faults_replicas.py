@@ -41,7 +41,8 @@ from .network_faults import (
     start,
 )
 
-pytestmark = pytest.mark.e2e
+# One worker at a time changes the machine's routing rules (inferline_testing.netns).
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("netns")]
 
 
 async def test_black_holed_replica_costs_no_request(tmp_path: Path) -> None:
