@@ -18,7 +18,6 @@ from envoy_data_plane.envoy.service.discovery.v3 import (
     DiscoveryRequest,
     DiscoveryResponse,
 )
-from envoy_data_plane.google.rpc import Status
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -31,6 +30,8 @@ from eds.server import XdsServer
 from eds.streams import Kind, StreamEvent
 from inferline import tracing
 from inferline_testing.waits import wait_for_state
+
+from .xds_requests import eds_request
 
 WAIT_S = 30.0  # generous: only bounds how long a broken run takes to fail
 ADS = "/envoy.service.discovery.v3.AggregatedDiscoveryService/"
@@ -118,14 +119,7 @@ def metric(name: str, **labels: str) -> float:
 
 
 def request(*names: str, version: str = "", nonce: str = "", error: str = "") -> DiscoveryRequest:
-    return DiscoveryRequest(
-        node=Node(id="test-proxy"),
-        type_url=ENDPOINTS,
-        resource_names=list(names),
-        version_info=version,
-        response_nonce=nonce,
-        error_detail=Status(code=3, message=error) if error else None,
-    )
+    return eds_request(*names, version=version, nonce=nonce, error=error, node="test-proxy")
 
 
 def endpoints_of(response: DiscoveryResponse) -> list[tuple[str, int]]:

@@ -18,6 +18,8 @@ from eds.resources import CLUSTERS, ENDPOINTS, LISTENERS, TYPES, SnapshotBuilder
 from eds.sotw import SotwStream
 from eds.streams import Kind
 
+from .xds_requests import NODE, eds_request
+
 E1 = Endpoint("10.0.0.1", 8001)
 E2 = Endpoint("10.0.0.2", 8001)
 
@@ -39,19 +41,6 @@ def world() -> tuple[EndpointCache, SnapshotBuilder]:
     return cache, SnapshotBuilder(cache)
 
 
-def eds_request(
-    *names: str, version: str = "", nonce: str = "", error: str = ""
-) -> DiscoveryRequest:
-    return DiscoveryRequest(
-        node=Node(id="envoy-1"),
-        type_url=ENDPOINTS,
-        resource_names=list(names),
-        version_info=version,
-        response_nonce=nonce,
-        error_detail=Status(code=3, message=error) if error else None,
-    )
-
-
 def ack(response: DiscoveryResponse, *names: str) -> DiscoveryRequest:
     return eds_request(*names, version=response.version_info, nonce=response.nonce)
 
@@ -64,7 +53,7 @@ def test_sotw_answers_a_subscription_and_is_quiet_after_the_ack() -> None:
     clock = Clock()
     stream = SotwStream(TYPES, clock=clock)
     event = stream.on_request(eds_request("triton"))
-    assert (event.kind, event.node_id, event.names) == (Kind.SUBSCRIBE, "envoy-1", ("triton",))
+    assert (event.kind, event.node_id, event.names) == (Kind.SUBSCRIBE, NODE, ("triton",))
     assert event.latency_s is None  # a subscription answers no response
     [response] = stream.responses(builder.snapshot())
     assert response.type_url == ENDPOINTS and len(response.resources) == 1

@@ -8,14 +8,12 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
-import pytest_asyncio
 import tritonclient.grpc.aio as triton
 from prometheus_client import REGISTRY, generate_latest
 from tritonclient.utils import InferenceServerException
 
 from inferline.imaging.decode import Geometry, Limits, decode_image
 from inferline_testing import media
-from preprocess import app
 from preprocess.choice import Machine
 from preprocess.config import Config
 
@@ -36,18 +34,7 @@ CONFIG = Config(
 )
 
 
-@pytest_asyncio.fixture(scope="module")
-async def url() -> AsyncIterator[str]:
-    running = await app.start(CONFIG, Machine(dali=True, gpus=0))
-    yield f"127.0.0.1:{running.port}"
-    await running.stop(1.0)
-
-
-@pytest_asyncio.fixture
-async def client(url: str) -> AsyncIterator[triton.InferenceServerClient]:
-    async with triton.InferenceServerClient(url) as c:
-        assert await c.is_server_ready()  # health before anything else; never a sleep
-        yield c
+MACHINE = Machine(dali=True, gpus=0)  # the server conftest.py starts: DALI installed, no GPU
 
 
 async def infer(

@@ -12,14 +12,12 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
-import pytest_asyncio
 import tritonclient.grpc.aio as triton
 from tritonclient.grpc import service_pb2_grpc
 
 from inferline_testing import chunks as chunks_
 from inferline_testing import media
 from inferline_testing.chunks import Request, finals
-from preprocess import app
 from preprocess.choice import Machine
 from preprocess.config import Config
 
@@ -38,18 +36,7 @@ MODEL = "preprocess_video"
 CHUNK_BYTES = 4096
 
 
-@pytest_asyncio.fixture(scope="module")
-async def url() -> AsyncIterator[str]:
-    running = await app.start(CONFIG, Machine(dali=False, gpus=0))
-    yield f"127.0.0.1:{running.port}"
-    await running.stop(1.0)
-
-
-@pytest_asyncio.fixture
-async def client(url: str) -> AsyncIterator[triton.InferenceServerClient]:
-    async with triton.InferenceServerClient(url) as c:
-        assert await c.is_server_ready()
-        yield c
+MACHINE = Machine(dali=False, gpus=0)  # the server conftest.py starts: OpenCV alone
 
 
 @functools.cache
