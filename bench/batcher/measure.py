@@ -19,15 +19,15 @@ REQUESTS = tensor_requests("INPUT", np.full((1, 3, 224, 224), 7, np.uint8), "PRO
 MAX_IN_FLIGHT = 10_000  # the open loop's cap: far above what any point has in flight
 
 
+def _config(seconds: float, warmup_s: float, **arrivals: Any) -> LoadConfig:
+    """``warmup_s`` + ``seconds`` of the simulated GPU's requests, the last ``seconds`` measured;
+    ``arrivals``: a closed loop's concurrency, or an open loop's rate and seed (LoadConfig)."""
+    return LoadConfig(model=MODEL, warmup_s=warmup_s, duration_s=seconds, **arrivals)
+
+
 async def closed_loop(url: str, concurrency: int, seconds: float, warmup_s: float) -> Recorder:
     """``concurrency`` requests in flight for ``warmup_s`` + ``seconds``; the last measured."""
-    config = LoadConfig(
-        model=MODEL,
-        concurrency=concurrency,
-        timeout_s=30.0,
-        warmup_s=warmup_s,
-        duration_s=seconds,
-    )
+    config = _config(seconds, warmup_s, concurrency=concurrency, timeout_s=30.0)
     recorder = Recorder(concurrency)
     async with open_clients(url) as clients:
         await run_load(clients, config, REQUESTS, recorder)
@@ -44,14 +44,8 @@ async def open_loop(
 ) -> tuple[Recorder, dict[str, float]]:
     """Poisson arrivals at ``rate``/s (latency counts from each arrival's due time), and what
     ``replicas`` executed from the end of the warm-up until the last answer."""
-    config = LoadConfig(
-        model=MODEL,
-        rate=rate,
-        seed=seed,
-        concurrency=MAX_IN_FLIGHT,
-        timeout_s=60.0,
-        warmup_s=warmup_s,
-        duration_s=seconds,
+    config = _config(
+        seconds, warmup_s, rate=rate, seed=seed, concurrency=MAX_IN_FLIGHT, timeout_s=60.0
     )
     recorder = Recorder(MAX_IN_FLIGHT)
 
