@@ -9,7 +9,8 @@ import urllib.request
 
 import yaml
 
-from tools import cluster, images
+from tools import images
+from tools.cluster import kustomize
 from tools.containers import checks
 from tools.containers.engine import Engine
 from tools.pods.manifests import Manifests
@@ -18,7 +19,7 @@ from tools.pods.runner import Cluster
 REGISTRY = "localhost/inferline"
 TAG = "test"
 NAMESPACE = "inferline"
-PIPELINE = cluster.DEPLOYMENTS  # the Deployments that run here (monitoring needs a cluster)
+PIPELINE = kustomize.DEPLOYMENTS  # the Deployments that run here (monitoring needs a cluster)
 
 
 @dataclasses.dataclass
@@ -62,7 +63,7 @@ def table() -> str:
 
 
 def render(namespace: str = NAMESPACE) -> Manifests:
-    return Manifests(yaml.safe_load_all(cluster.render("cpu", REGISTRY, TAG, namespace)))
+    return Manifests(yaml.safe_load_all(kustomize.render("cpu", REGISTRY, TAG, namespace)))
 
 
 def envoy_ip(pods: Cluster) -> str:

@@ -1,9 +1,9 @@
 """The rendered manifests, run as podman pods on this machine: what `make deploy` would run.
 
 ``python -m tools.pods up`` renders ``k8s/overlays/<overlay>`` exactly as ``make deploy`` does
-(:func:`tools.cluster.render`: ``kubectl kustomize`` with the images of REGISTRY and TAG) and
-starts each Deployment's pod template under podman, a podman pod per replica: the containers of
-a pod share its network and IPC namespaces, as in Kubernetes.
+(:func:`tools.cluster.kustomize.render`: ``kubectl kustomize`` with the images of REGISTRY and
+TAG) and starts each Deployment's pod template under podman, a podman pod per replica: the
+containers of a pod share its network and IPC namespaces, as in Kubernetes.
 
 What the runner maps from a pod template (pure: :mod:`tools.pods.manifests` reads it from the
 render into :mod:`tools.pods.spec`'s values, :mod:`tools.pods.environment` builds each

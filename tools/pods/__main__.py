@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from tools import cluster
+from tools.cluster import kube, kustomize
 from tools.containers import standins
 from tools.containers.engine import Engine, EngineError, find_engine
 from tools.pods.manifests import Manifests
@@ -31,13 +31,13 @@ from tools.pods.spec import SpecError
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_DIR = ROOT / ".run" / "pods"
-ORDER = cluster.DEPLOYMENTS  # the control plane and Envoy first, then the pipeline's hops
+ORDER = kustomize.DEPLOYMENTS  # the control plane and Envoy first, then the pipeline's hops
 BUILT = "/inferline-"  # k8s/CONTRACT.md: what make images builds is <registry>/inferline-<name>
 
 
 def render(overlay: str, registry: str, tag: str, namespace: str) -> Manifests:
     """What ``make deploy`` would apply, as objects."""
-    text = cluster.render(overlay, registry, tag, namespace)
+    text = kustomize.render(overlay, registry, tag, namespace)
     return Manifests(yaml.safe_load_all(text))
 
 
@@ -93,10 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("command", choices=("up", "scale", "status", "down"))
     parser.add_argument("names", nargs="*", help="up: Deployments; scale: DEPLOYMENT REPLICAS")
-    parser.add_argument("--overlay", default="cpu", choices=cluster.OVERLAYS)
+    parser.add_argument("--overlay", default="cpu", choices=kustomize.OVERLAYS)
     parser.add_argument("--registry", default="localhost/inferline")
     parser.add_argument("--tag", default="dev")
-    parser.add_argument("--namespace", default=cluster.NAMESPACE)
+    parser.add_argument("--namespace", default=kube.NAMESPACE)
     parser.add_argument("--run-dir", type=Path, default=RUN_DIR)
     args = parser.parse_args(argv)
     try:
@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name:16} {record.ip:15} {'ready' if ready else 'NOT READY'}")
         if "envoy-0" in pods.records:
             print(f"public endpoint (Envoy): {pods.records['envoy-0'].ip}:8080")
-    except (EngineError, RunError, SpecError, standins.StandInError, cluster.ClusterError) as e:
+    except (EngineError, RunError, SpecError, standins.StandInError, kube.ClusterError) as e:
         print(f"pods: {e}", file=sys.stderr)
         return 1
     return 0

@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from inferline_testing.tools import tool
-from tools import cluster
+from tools.cluster import deploy, kube, kustomize, undeploy, verify
+from tools.cluster.__main__ import main
 from tools.images import IMAGES
 
 
@@ -26,11 +27,11 @@ def containers(objects: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         yield from spec.get("containers", [])
 
 
-@pytest.mark.parametrize("overlay", cluster.OVERLAYS)
+@pytest.mark.parametrize("overlay", kustomize.OVERLAYS)
 def test_deploy_sets_every_inferline_image_to_the_registry(overlay: str) -> None:
     tool("kubectl", "install kubectl 1.32 (it carries kustomize v5.5)")
     objects = [
-        o for o in yaml.safe_load_all(cluster.render(overlay, "reg.example/team/", "v7")) if o
+        o for o in yaml.safe_load_all(kustomize.render(overlay, "reg.example/team/", "v7")) if o
     ]
     images = {c["image"] for c in containers(objects)}
     ours = {image for image in images if image.startswith("reg.example/team/inferline-")}
@@ -41,7 +42,7 @@ def test_deploy_sets_every_inferline_image_to_the_registry(overlay: str) -> None
 
 
 def test_the_deploy_kustomization_names_every_image() -> None:
-    made = cluster.kustomization("cpu", "reg.example/team/", "v7")
+    made = kustomize.kustomization("cpu", "reg.example/team/", "v7")
     assert made["resources"] == ["../../../k8s/overlays/cpu"]
     assert {i["name"] for i in made["images"]} == {f"inferline/{i.name}" for i in IMAGES}
     assert {
@@ -49,44 +50,44 @@ def test_the_deploy_kustomization_names_every_image() -> None:
         "newName": "reg.example/team/inferline-eds",
         "newTag": "v7",
     } in (made["images"])
-    with pytest.raises(cluster.ClusterError, match="unknown overlay"):
-        cluster.kustomization("tpu", "r", "t")
-    with pytest.raises(cluster.ClusterError, match="REGISTRY and TAG"):
-        cluster.kustomization("gpu", "", "t")
-    with pytest.raises(cluster.ClusterError, match="a DNS label"):
-        cluster.kustomization("gpu", "r", "t", "Team_A")
+    with pytest.raises(kube.ClusterError, match="unknown overlay"):
+        kustomize.kustomization("tpu", "r", "t")
+    with pytest.raises(kube.ClusterError, match="REGISTRY and TAG"):
+        kustomize.kustomization("gpu", "", "t")
+    with pytest.raises(kube.ClusterError, match="a DNS label"):
+        kustomize.kustomization("gpu", "r", "t", "Team_A")
 
 
 def test_another_namespace_is_the_pipeline_under_it_and_the_per_cluster_components_above() -> None:
     """k8s/README.md, Another namespace: `namespace:` over the overlay's pipeline/, the overlay's
     own components (one per cluster) above it."""
-    made = cluster.kustomization("gpu", "reg.example/team/", "v7", "team-a")
+    made = kustomize.kustomization("gpu", "reg.example/team/", "v7", "team-a")
     assert made["resources"] == ["pipeline"]
     assert made["components"] == [
         "../../../k8s/components/dcgm-exporter",
         "../../../k8s/components/prometheus-adapter",
     ]
-    assert cluster.pipeline_kustomization("gpu", "team-a")["namespace"] == "team-a"
-    assert cluster.pipeline_kustomization("gpu", "team-a")["resources"] == [
+    assert kustomize.pipeline_kustomization("gpu", "team-a")["namespace"] == "team-a"
+    assert kustomize.pipeline_kustomization("gpu", "team-a")["resources"] == [
         "../../../../k8s/overlays/gpu/pipeline"
     ]
 
 
-@pytest.mark.parametrize("overlay", cluster.OVERLAYS)
+@pytest.mark.parametrize("overlay", kustomize.OVERLAYS)
 def test_deploy_renders_the_overlay_in_another_namespace(overlay: str) -> None:
     tool("kubectl", "install kubectl 1.32 (it carries kustomize v5.5)")
-    rendered = cluster.render(overlay, "reg.example/team/", "v7", "team-a")
+    rendered = kustomize.render(overlay, "reg.example/team/", "v7", "team-a")
     objects = [o for o in yaml.safe_load_all(rendered) if o]
     where = {o["metadata"].get("namespace") for o in objects} - {None}
     assert where == {"team-a", "kube-system", *(["inferline-dcgm"] if overlay == "gpu" else [])}
     adapter = [o for o in objects if o["kind"] == "APIService"]
     assert adapter and all(o["spec"]["service"]["namespace"] == "team-a" for o in adapter)
     # the default namespace again: the overlay as it is, no pipeline/ left from the last deploy
-    default = cluster.render(overlay, "reg.example/team/", "v7")
+    default = kustomize.render(overlay, "reg.example/team/", "v7")
     assert {o["metadata"].get("namespace") for o in yaml.safe_load_all(default) if o} >= {
         "inferline"
     }
-    assert not (cluster.ROOT / "build" / "deploy" / overlay / "pipeline").exists()
+    assert not (kustomize.ROOT / "build" / "deploy" / overlay / "pipeline").exists()
 
 
 @pytest.mark.parametrize(("namespace", "deleted"), [("inferline", True), ("team-a", False)])
@@ -95,7 +96,7 @@ def test_undeploy_keeps_a_namespace_of_your_own(
 ) -> None:
     """The pipeline's own namespace goes with it; another (a team's) may hold more: kept."""
     tool("kubectl", "install kubectl 1.32 (it carries kustomize v5.5)")
-    real, given = cluster.kubectl, list[dict[str, Any]]()
+    real, given = kube.kubectl, list[dict[str, Any]]()
 
     def kubectl(*args: str, input_text: str | None = None, check: bool = True) -> str:
         if args[0] == "kustomize":
@@ -104,8 +105,8 @@ def test_undeploy_keeps_a_namespace_of_your_own(
         given.extend(o for o in yaml.safe_load_all(input_text or "") if o)
         return ""
 
-    monkeypatch.setattr(cluster, "kubectl", kubectl)
-    cluster.undeploy("cpu", namespace)
+    monkeypatch.setattr(kube, "kubectl", kubectl)
+    undeploy.undeploy("cpu", namespace)
     spaces = {o["metadata"]["name"] for o in given if o["kind"] == "Namespace"}
     assert (namespace in spaces) is deleted
     assert {o["metadata"].get("namespace") for o in given} - {None} == {namespace, "kube-system"}
@@ -131,7 +132,7 @@ def test_only_running_ready_pods_count() -> None:
             pod("triton-d", ""),  # no IP yet
         ]
     }
-    assert cluster.pod_ips(listed) == {"triton-a": "10.0.0.1"}
+    assert verify.pod_ips(listed) == {"triton-a": "10.0.0.1"}
 
 
 def test_envoy_hosts_of_the_triton_cluster() -> None:
@@ -141,7 +142,7 @@ def test_envoy_hosts_of_the_triton_cluster() -> None:
             {"name": "triton", "host_statuses": [host("10.0.0.1", 40), host("10.0.0.2", 0)]},
         ]
     }
-    assert cluster.triton_hosts(clusters) == {"10.0.0.1": 40, "10.0.0.2": 0}
+    assert verify.triton_hosts(clusters) == {"10.0.0.1": 40, "10.0.0.2": 0}
 
 
 def host(address: str, requests: int) -> dict[str, Any]:
@@ -154,24 +155,24 @@ def host(address: str, requests: int) -> dict[str, Any]:
 
 
 def test_deploy_explains_what_is_missing(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cluster.main(["deploy", "--overlay", "gpu", "--dry-run"]) == 1
+    assert main(["deploy", "--overlay", "gpu", "--dry-run"]) == 1
     assert "REGISTRY and TAG are needed" in capsys.readouterr().err
 
 
 def test_verify_waits_for_the_pipeline_first_then_what_the_placement_adds() -> None:
     found = ["prometheus", "middleman", "preprocess", "triton", "batcher", "envoy", "eds"]
-    assert cluster.rollout_order(found) == [
-        *cluster.DEPLOYMENTS,
+    assert verify.rollout_order(found) == [
+        *kustomize.DEPLOYMENTS,
         "preprocess",  # a pool of its own: the remote placement
         "prometheus",
     ]
     # in-pod and in-process have no preprocess Deployment: nothing waits for one
-    assert "preprocess" not in cluster.rollout_order(list(cluster.DEPLOYMENTS))
+    assert "preprocess" not in verify.rollout_order(list(kustomize.DEPLOYMENTS))
 
 
 def test_verify_names_the_deployments_it_cannot_find() -> None:
-    with pytest.raises(cluster.ClusterError, match=r"no deployment triton, batcher .*make deploy"):
-        cluster.rollout_order(["eds", "envoy", "middleman"])
+    with pytest.raises(kube.ClusterError, match=r"no deployment triton, batcher .*make deploy"):
+        verify.rollout_order(["eds", "envoy", "middleman"])
 
 
 class RecordedKubectl:
@@ -196,12 +197,12 @@ def test_grafanas_admin_password_is_generated_once_and_kept(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     api = RecordedKubectl(set())
-    monkeypatch.setattr(cluster, "kubectl", api)
-    assert "generated" in cluster.ensure_grafana_admin()
+    monkeypatch.setattr(kube, "kubectl", api)
+    assert "generated" in deploy.ensure_grafana_admin()
     [create] = [c for c in api.calls if "create" in c]
     password = create[-1].removeprefix("--from-literal=password=")
     assert len(password) >= 32 and password != "admin"
-    assert "kept" in cluster.ensure_grafana_admin()  # a second deploy leaves it alone
+    assert "kept" in deploy.ensure_grafana_admin()  # a second deploy leaves it alone
     assert len([c for c in api.calls if "create" in c]) == 1
 
 
@@ -219,7 +220,7 @@ class ServerSideApply:
     def set(self, field: str, value: int, manager: str, force: bool) -> None:
         current = self.fields.get(field)
         if current and current[1] != manager and current[0] != value and not force:
-            raise cluster.ClusterError(
+            raise kube.ClusterError(
                 f'Apply failed with 1 conflict: conflict with "{current[1]}": {field}'
             )
         self.fields[field] = (value, manager)
@@ -267,23 +268,23 @@ def test_deploy_then_verify_then_deploy_again_applies_cleanly(
     """verify raises the Triton HPA's floor to scale up; it is set back when verify is done, and
     a deploy after it applies (a field changed by hand would not fail it either)."""
     tool("kubectl", "install kubectl 1.32 (it carries kustomize v5.5)")
-    api = ServerSideApply(cluster.kubectl)
-    monkeypatch.setattr(cluster, "kubectl", api)
+    api = ServerSideApply(kube.kubectl)
+    monkeypatch.setattr(kube, "kubectl", api)
     # As many ready Triton pods as the HPA's floor asks for (the cluster scales to it).
-    monkeypatch.setattr(cluster, "triton_pods", lambda namespace: {
+    monkeypatch.setattr(verify, "triton_pods", lambda namespace: {
         f"triton-{i}": f"10.0.0.{i}" for i in range(api.fields["hpa/triton minReplicas"][0])
     })  # fmt: skip
-    cluster.deploy("gpu", "reg.example/", "v1", dry_run=False)
+    deploy.deploy("gpu", "reg.example/", "v1", dry_run=False)
     floor = api.fields["hpa/triton minReplicas"]
-    assert floor[1] == cluster.FIELD_MANAGER
-    with cluster.triton_scaled(floor[0] + 1):
+    assert floor[1] == deploy.FIELD_MANAGER
+    with verify.triton_scaled(floor[0] + 1):
         assert api.fields["hpa/triton minReplicas"] == (floor[0] + 1, "kubectl-patch")
     assert api.fields["hpa/triton minReplicas"][0] == floor[0]  # set back
-    with pytest.raises(RuntimeError), cluster.triton_scaled(floor[0] + 1):
+    with pytest.raises(RuntimeError), verify.triton_scaled(floor[0] + 1):
         raise RuntimeError("the demo client saw errors")
     assert api.fields["hpa/triton minReplicas"][0] == floor[0]  # set back on a failure too
     api.set("hpa/triton minReplicas", 5, "kubectl-edit", force=True)  # changed by hand
-    cluster.deploy("gpu", "reg.example/", "v1", dry_run=False)
+    deploy.deploy("gpu", "reg.example/", "v1", dry_run=False)
     assert api.applies == 2
     assert api.fields["hpa/triton minReplicas"] == floor  # the manifests win
 
@@ -291,12 +292,12 @@ def test_deploy_then_verify_then_deploy_again_applies_cleanly(
 def test_without_an_hpa_the_deployment_is_scaled_and_set_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    api = ServerSideApply(cluster.kubectl, hpa=False)
-    monkeypatch.setattr(cluster, "kubectl", api)
-    monkeypatch.setattr(cluster, "triton_pods", lambda namespace: {
+    api = ServerSideApply(kube.kubectl, hpa=False)
+    monkeypatch.setattr(kube, "kubectl", api)
+    monkeypatch.setattr(verify, "triton_pods", lambda namespace: {
         f"triton-{i}": f"10.0.0.{i}" for i in range(api.fields["deployment/triton replicas"][0])
     })  # fmt: skip
-    with cluster.triton_scaled(2):
+    with verify.triton_scaled(2):
         assert api.fields["deployment/triton replicas"][0] == 2
     assert api.fields["deployment/triton replicas"][0] == 1
 
@@ -317,7 +318,7 @@ def test_deploy_refuses_to_take_the_custom_metrics_api_from_another_adapter(
     monkeypatch: pytest.MonkeyPatch, registered: str, refused: bool
 ) -> None:
     tool("kubectl", "install kubectl 1.32 (it carries kustomize v5.5)")
-    real, applied = cluster.kubectl, []
+    real, applied = kube.kubectl, []
 
     def kubectl(*args: str, input_text: str | None = None, check: bool = True) -> str:
         if args[0] == "kustomize":
@@ -332,11 +333,11 @@ def test_deploy_refuses_to_take_the_custom_metrics_api_from_another_adapter(
             return "secret/grafana-admin\n"
         raise AssertionError(f"unexpected kubectl {args}")
 
-    monkeypatch.setattr(cluster, "kubectl", kubectl)
+    monkeypatch.setattr(kube, "kubectl", kubectl)
     if refused:
-        with pytest.raises(cluster.ClusterError, match="already served by monitoring/kube-prom"):
-            cluster.deploy("gpu", "reg.example/", "v1", dry_run=False)
+        with pytest.raises(kube.ClusterError, match="already served by monitoring/kube-prom"):
+            deploy.deploy("gpu", "reg.example/", "v1", dry_run=False)
         assert not applied  # nothing applied at all
     else:
-        cluster.deploy("gpu", "reg.example/", "v1", dry_run=False)
+        deploy.deploy("gpu", "reg.example/", "v1", dry_run=False)
         assert len(applied) == 1

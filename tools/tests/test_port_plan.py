@@ -18,7 +18,7 @@ from inferline_envoy import admin as envoy_admin
 from inferline_envoy import proxyless
 from inferline_envoy.params import DEFAULT_LISTENERS, PROFILES
 from inferline_stack.config import StackConfig
-from tools import cluster
+from tools.cluster import verify
 
 PLAN = StackConfig()
 
@@ -36,5 +36,5 @@ def test_every_client_finds_envoy_and_the_control_plane_at_the_plans_ports() -> 
     assert urlsplit(f"//{DEFAULT_TARGET}").port == public  # the demo client
     for admin in (DEFAULT_ADMIN, envoy_admin.DEFAULT_ADMIN):
         assert urlsplit(admin).port == PLAN.envoy_admin_port
-    assert (PLAN.envoy_admin_port, public) == (cluster.ADMIN_PORT, cluster.PUBLIC_PORT)
+    assert (PLAN.envoy_admin_port, public) == (verify.ADMIN_PORT, verify.PUBLIC_PORT)
     assert f"127.0.0.1:{PLAN.eds_port}" == proxyless.DEFAULT_XDS_ADDRESS
