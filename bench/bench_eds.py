@@ -1,17 +1,17 @@
 """The control plane and Envoy, measured: convergence, the Envoy hop, ADS fan-out, failures.
 
 1. Convergence: under load from the demo client through the real Envoy, ``--events`` scale-ups
-   of a cluster of probe backends (each followed later by a drained scale-down); for each
+   of a cluster of fake backends (each followed later by a drained scale-down); for each
    new backend, the time from "written HEALTHY to the endpoints file" to its first request.
    Failed requests are counted over the whole sequence, scale-downs included.
-2. The Envoy hop: the same probe called directly and through Envoy, one request at a time;
+2. The Envoy hop: the same fake backend called directly and through Envoy, one request at a time;
    p50/p99 of each and the difference.
 3. Fan-out: ``--clients`` ADS clients (another process, a gRPC connection each) hold a cluster
    of ``--endpoints`` endpoints; one endpoint changes; time until the last client's ACK of the
    new version reaches the control plane. State of the world and delta.
 
-The backends are ``inferline_testing.probe`` processes (KServe v2 servers with a fixed 2 ms of
-simulated work, no model): this measures the control plane and the proxy, not inference.
+The backends are ``inferline_testing.fake_backend`` processes (KServe v2 servers with a fixed
+2 ms of simulated work, no model): this measures the control plane and the proxy, not inference.
 Writes bench/results/eds.json and prints a table.
 """
 
@@ -51,8 +51,8 @@ from inferline_envoy import admin as envoy_admin
 from inferline_testing.harness import (
     EdsProcess,
     EnvoyProcess,
+    FakeBackend,
     Pool,
-    Probe,
     ScaleUp,
     envoy_params,
     flowing,
@@ -85,11 +85,11 @@ async def convergence(run: Path, events: int, concurrency: int) -> dict[str, Any
             await flowing(recorder)
             while len(ups) < events:
                 while len(pool.replicas) < 4 and len(ups) < events:
-                    probe, event = await pool.add()
-                    await pool.first_request(probe, event)
+                    replica, event = await pool.add()
+                    await pool.first_request(replica, event)
                     ups.append(event)
                     console.print(
-                        f"  scale-up {len(ups)}/{events}: {probe.replica_id} served after "
+                        f"  scale-up {len(ups)}/{events}: {replica.replica_id} served after "
                         f"{1000 * (event.convergence_s or 0):.0f} ms"
                     )
                 while len(pool.replicas) > 1:
@@ -120,10 +120,10 @@ async def timed(target: str, requests: int) -> tuple[float, float]:
     """p50 and p99 (ms) of ``requests`` sequential requests, after a warm-up."""
     async with open_clients(target, 1) as clients:
         warm = LoadConfig(concurrency=1, duration_s=None, count=200)
-        await run_load(clients, warm, [b"probe"], Recorder())
+        await run_load(clients, warm, [b"image"], Recorder())
         recorder = Recorder()
         config = LoadConfig(concurrency=1, duration_s=None, count=requests)
-        await run_load(clients, config, [b"probe"], recorder)
+        await run_load(clients, config, [b"image"], recorder)
     p50, _, p99 = recorder.percentiles_ms()
     assert p50 is not None and p99 is not None and recorder.errors == 0
     return p50, p99
@@ -131,21 +131,21 @@ async def timed(target: str, requests: int) -> tuple[float, float]:
 
 async def hop(run: Path, requests: int) -> dict[str, Any]:
     endpoints = run / "hop-endpoints.yaml"
-    probe = Probe(run, "hop", delay_ms=0)
-    endpoints_file.write(endpoints, {"triton": [probe.endpoint()]})
+    backend = FakeBackend(run, "hop", delay_ms=0)
+    endpoints_file.write(endpoints, {"triton": [backend.endpoint()]})
     eds = EdsProcess(run, endpoints, ["triton"])
     envoy = EnvoyProcess(run, envoy_params(eds.port, ["triton"]), "hop-envoy")
     try:
-        await probe.start_ready()
+        await backend.start_ready()
         await eds.start_ready()
         await envoy.start_ready()
-        await envoy_admin.wait_routable(envoy.admin, "triton", "127.0.0.1", probe.port)
-        direct = await timed(probe.address, requests)
+        await envoy_admin.wait_routable(envoy.admin, "triton", "127.0.0.1", backend.port)
+        direct = await timed(backend.address, requests)
         via = await timed(envoy.listener("triton"), requests)
     finally:
         await envoy.stop()
         await eds.stop()
-        await probe.stop()
+        await backend.stop()
     return {
         "requests": requests,
         "direct_p50_ms": round(direct[0], 3),
@@ -286,7 +286,8 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
         "failed_requests": scaling["failed_requests"],
         "goals": GOALS,
         "goals_met": met,
-        "backend": "inferline_testing.probe: KServe v2, 2 ms simulated work, no model (simulated)",
+        "backend": "inferline_testing.fake_backend: KServe v2, 2 ms simulated work, no model "
+        "(simulated)",
         "concurrency": args.concurrency,
         "cpus": os.cpu_count(),
         "machine": platform.machine(),

@@ -60,7 +60,8 @@ DEPLOYABLES = (
         "testing",
         (
             "-c",
-            "import inferline_testing.harness, inferline_testing.media, inferline_testing.probe",
+            "import inferline_testing.harness, inferline_testing.media, "
+            "inferline_testing.fake_backend",
         ),
     ),
 )

@@ -13,8 +13,8 @@ local ones. Every other setting — the source, the namespace, the Services, the
 port name, the clusters, the probe listener's routes — is the manifests'.
 
 Then EndpointSlices for the four Services (some before eds starts: its list; some after: its
-watch) point at real gRPC backends (``inferline_testing.probe``), and the test waits until Envoy
-routes to each through the listener the Envoy Service exposes for it, the Triton pod's
+watch) point at real gRPC backends (``inferline_testing.fake_backend``), and the test waits until
+Envoy routes to each through the listener the Envoy Service exposes for it, the Triton pod's
 ``inferline.io/weight`` annotation is the endpoint's weight, a terminating pod drains, and the
 kubelet's probe paths answer on the probe listener. middleman's proxyless channel, a gRPC client
 with the rendered bootstrap (only eds's address local) dialling the rendered
@@ -49,9 +49,9 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from inferline_envoy import admin as envoy_admin
 from inferline_envoy import proxyless
 from inferline_envoy.params import KUBERNETES
-from inferline_testing.harness import EnvoyProcess, Probe, Process, python, wait_serving
+from inferline_testing.fake_backend import STATS_MODEL
+from inferline_testing.harness import EnvoyProcess, FakeBackend, Process, python, wait_serving
 from inferline_testing.ports import free_port
-from inferline_testing.probe import STATS_MODEL
 from inferline_testing.waits import wait_for
 from k8s.tests.manifests import (
     OVERLAYS,
@@ -208,7 +208,7 @@ async def backend_behind(listener: str) -> str:
     return str(reply.parameters["backend"].string_param)
 
 
-class RestProbe:
+class FakeRestBackend:
     """An HTTP backend for a REST cluster (middleman-rest): KServe's /v2/health/live, and /v2
     naming which backend answered."""
 
@@ -320,26 +320,26 @@ async def test_rendered_eds_and_envoy_route_to_every_services_endpoints(
     cluster, runner = await start_fake_api(namespace)
     try:
         # Backends for every Service; half of them listed, half arriving through the watch.
-        probes: dict[str, Probe | RestProbe] = {
-            s: RestProbe(f"{s}-0") if s in only_port else Probe(tmp_path, f"{s}-0")
+        backends: dict[str, FakeBackend | FakeRestBackend] = {
+            s: FakeRestBackend(f"{s}-0") if s in only_port else FakeBackend(tmp_path, f"{s}-0")
             for s in services
         }
-        stopper.extend(p for p in probes.values() if isinstance(p, Probe))
-        await asyncio.gather(*(p.start_ready() for p in probes.values()))
-        for service, probe in probes.items():
+        stopper.extend(b for b in backends.values() if isinstance(b, FakeBackend))
+        await asyncio.gather(*(b.start_ready() for b in backends.values()))
+        for service, backend in backends.items():
             annotations = triton_annotations if service == "triton" else {}
-            cluster.api.put_pod(probe.replica_id, f"uid-{probe.replica_id}", dict(annotations))
+            cluster.api.put_pod(backend.replica_id, f"uid-{backend.replica_id}", dict(annotations))
 
         def put(service: str, **conditions: bool) -> None:
-            probe = probes[service]
+            backend = backends[service]
             name = only_port.get(service, port_name)
             cluster.api.put_slice(
                 endpoint_slice(
                     namespace,
                     service,
                     name,
-                    probe.port,
-                    probe.replica_id,
+                    backend.port,
+                    backend.replica_id,
                     only_port=service in only_port,
                     **conditions,
                 )
@@ -373,11 +373,11 @@ async def test_rendered_eds_and_envoy_route_to_every_services_endpoints(
         stopper.append(envoy)
         await envoy.start_ready(WAIT_S)
 
-        for service, probe in probes.items():
+        for service, backend in backends.items():
             host = await envoy_admin.wait_routable(
-                envoy.admin, service, "127.0.0.1", probe.port, WAIT_S
+                envoy.admin, service, "127.0.0.1", backend.port, WAIT_S
             )
-            assert host is not None and host.hostname == probe.replica_id, host
+            assert host is not None and host.hostname == backend.replica_id, host
             if service == "triton":
                 assert host.weight == int(triton_annotations["inferline.io/weight"])
             # Through the listener the Envoy Service exposes for this hop, to this backend: gRPC,
@@ -386,14 +386,14 @@ async def test_rendered_eds_and_envoy_route_to_every_services_endpoints(
                 answer = await rest_backend_behind(envoy.listener(public[service]))
             else:
                 answer = await backend_behind(envoy.listener(service))
-            assert answer == probe.replica_id, f"listener for {service} reached {answer}"
+            assert answer == backend.replica_id, f"listener for {service} reached {answer}"
         exposed = {p["containerPort"] for p in envoy_container["ports"]}
         assert {port for _, port in KUBERNETES.listeners} <= exposed
 
         # middleman's proxyless channel: the bootstrap its pod renders, only eds's address local.
         xds_server["server_uri"] = f"127.0.0.1:{eds_port}"
         answer = await proxyless_backend(batcher_target, middleman_bootstrap)
-        assert answer == probes["batcher"].replica_id, f"{batcher_target} reached {answer}"
+        assert answer == backends["batcher"].replica_id, f"{batcher_target} reached {answer}"
         log = process.log.read_text(encoding="utf-8")
         for kind in ("Listener", "RouteConfiguration", "Cluster", "ClusterLoadAssignment"):
             assert f"{middleman_pod} (sotw) subscribed to {kind} batcher" in log, kind
@@ -401,7 +401,7 @@ async def test_rendered_eds_and_envoy_route_to_every_services_endpoints(
         # A Triton pod that terminates drains: Envoy sends it nothing new.
         put("triton", ready=False, serving=True, terminating=True)
         await envoy_admin.wait_host(
-            envoy.admin, "triton", "127.0.0.1", probes["triton"].port,
+            envoy.admin, "triton", "127.0.0.1", backends["triton"].port,
             lambda h: h is not None and h.eds_health == "DRAINING", WAIT_S, "DRAINING",
         )  # fmt: skip
 
@@ -418,6 +418,6 @@ async def test_rendered_eds_and_envoy_route_to_every_services_endpoints(
     finally:
         cluster.api.close_watches()
         await runner.cleanup()
-        for backend in probes.values():
-            if isinstance(backend, RestProbe):
+        for backend in backends.values():
+            if isinstance(backend, FakeRestBackend):
                 await backend.stop()

@@ -1,7 +1,7 @@
 """Real processes on free ports for the control-plane tests and benchmarks.
 
 The real Envoy (rendered from the one template), the control plane (``python -m eds``) and
-probe backends (``python -m inferline_testing.probe``), each a process of its own with its log
+fake backends (``python -m inferline_testing.fake_backend``), each a process of its own with its log
 in a run directory; a :class:`Pool` scales a cluster the way the local stack's ``make scale``
 does (start, wait for health, announce; to scale down: DRAINING, wait until Envoy has nothing
 in flight to it, stop, remove). Load comes from the demo client.
@@ -41,8 +41,8 @@ from inferline_envoy.template import dump
 from inferline_stack import reaper, scaling
 from inferline_stack.config import BATCHER
 from inferline_stack.services import EDS, settings
+from inferline_testing.fake_backend import STATS_MODEL
 from inferline_testing.ports import free_port
-from inferline_testing.probe import STATS_MODEL
 from inferline_testing.waits import wait_for, wait_for_state
 
 logger = logging.getLogger(__name__)
@@ -132,16 +132,17 @@ def python(module: str, *args: str) -> list[str]:
 # -- the processes ----------------------------------------------------------------------------
 
 
-class Probe(Process):
-    """One probe backend (``python -m inferline_testing.probe``): a replica that says who it is."""
+class FakeBackend(Process):
+    """One fake backend (``python -m inferline_testing.fake_backend``): a replica that says who
+    it is."""
 
     def __init__(
         self, run_dir: Path, replica_id: str, delay_ms: float = 2.0, fail: str = ""
     ) -> None:
         self.replica_id, self.port = replica_id, free_port()
-        argv = python("inferline_testing.probe", f"--port={self.port}", f"--id={replica_id}")
+        argv = python("inferline_testing.fake_backend", f"--port={self.port}", f"--id={replica_id}")
         super().__init__(
-            f"probe {replica_id}",
+            f"fake backend {replica_id}",
             [*argv, f"--delay-ms={delay_ms}", "--grace-s=5", *([f"--fail={fail}"] if fail else [])],
             run_dir / "logs" / f"{replica_id}.log",
             {},
@@ -330,42 +331,46 @@ class Pool:
     endpoints: Path
     admin: str
     delay_ms: float = 2.0
-    replicas: list[Probe] = field(default_factory=list)
+    replicas: list[FakeBackend] = field(default_factory=list)
     started: int = 0
 
-    async def add(self) -> tuple[Probe, ScaleUp]:
+    async def add(self) -> tuple[FakeBackend, ScaleUp]:
         """Start a replica, wait for its health, then write it HEALTHY (the "ready" moment)."""
-        probe = Probe(self.run_dir, f"{self.cluster}-{self.started}", self.delay_ms)
+        replica = FakeBackend(self.run_dir, f"{self.cluster}-{self.started}", self.delay_ms)
         self.started += 1
         try:
-            await probe.start_ready()
+            await replica.start_ready()
         except BaseException:  # not one of the pool's yet: :meth:`close` would not stop it
-            await probe.stop(2.0)
+            await replica.stop(2.0)
             raise
-        await scaling.announce(self.endpoints, [(self.cluster, probe.endpoint())])
-        self.replicas.append(probe)
-        return probe, ScaleUp(probe.replica_id, time.time())
+        await scaling.announce(self.endpoints, [(self.cluster, replica.endpoint())])
+        self.replicas.append(replica)
+        return replica, ScaleUp(replica.replica_id, time.time())
 
-    async def remove(self, probe: Probe | None = None, drain_timeout_s: float = 30.0) -> Probe:
+    async def remove(
+        self, replica: FakeBackend | None = None, drain_timeout_s: float = 30.0
+    ) -> FakeBackend:
         """DRAINING, wait until Envoy has nothing in flight to it, stop it, forget it."""
-        probe = probe or self.replicas[-1]
+        replica = replica or self.replicas[-1]
         drained = await scaling.drain(
-            self.endpoints, [(self.cluster, probe.endpoint())], self.admin, probe.stop,
+            self.endpoints, [(self.cluster, replica.endpoint())], self.admin, replica.stop,
             drain_timeout_s,
         )  # fmt: skip
         if not drained:
-            raise RuntimeError(f"Envoy did not confirm the drain of {probe.replica_id}")
-        self.replicas.remove(probe)
-        return probe
+            raise RuntimeError(f"Envoy did not confirm the drain of {replica.replica_id}")
+        self.replicas.remove(replica)
+        return replica
 
-    async def first_request(self, probe: Probe, event: ScaleUp, timeout_s: float = 30.0) -> None:
-        """Wait until ``probe`` has served a request; record when its first one arrived."""
+    async def first_request(
+        self, replica: FakeBackend, event: ScaleUp, timeout_s: float = 30.0
+    ) -> None:
+        """Wait until ``replica`` has served a request; record when its first one arrived."""
 
         async def first() -> float:
-            requests, first_unix = await probe.stats()
+            requests, first_unix = await replica.stats()
             return first_unix if requests else 0.0
 
-        what = f"a first request at {probe.replica_id}"
+        what = f"a first request at {replica.replica_id}"
         event.first_request_unix = await wait_for(first, timeout_s, what)
 
     async def close(self) -> None:
@@ -382,13 +387,13 @@ async def load(
     concurrency: int = 8,
     channels: int = 2,
     timeout_s: float = 10.0,
-    images: Sequence[bytes] = (b"probe",),
+    images: Sequence[bytes] = (b"image",),
 ) -> AsyncIterator[Recorder]:
     """The demo client's closed-loop load on ``target`` while the block runs.
 
     The recorder counts every finished request; leaving the block stops the load (requests
     in flight are abandoned, not counted). Model ``classifier``, one of ``images`` a request
-    (default: one tiny "image", which a probe backend answers without decoding).
+    (default: one tiny "image", which a fake backend answers without decoding).
     """
     recorder = Recorder(concurrency=concurrency)
     stop = asyncio.Event()

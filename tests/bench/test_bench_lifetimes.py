@@ -61,7 +61,7 @@ def test_a_benchmarks_local_stack_leaves_no_process(run_root: Path, fails: bool)
 
 
 def test_a_benchmarks_harness_processes_leave_no_process(run_root: Path) -> None:
-    """bench_eds's Envoy hop: a probe backend, the control plane, Envoy (the test harness's)."""
+    """bench_eds's Envoy hop: a fake backend, the control plane, Envoy (the test harness's)."""
     measured = asyncio.run(hop(run_root, requests=50))
     assert measured["requests"] == 50
     left = naming(run_root)

@@ -145,19 +145,19 @@ async def test_scale_brings_back_a_working_replica_after_kill_9_of_its_pods_supe
     assert recorder.errors == 0, recorder.errors_by_code
 
 
-# A test that starts a stack of its own and a probe backend it never stops, then blocks until
+# A test that starts a stack of its own and a fake backend it never stops, then blocks until
 # its session is stopped.
 STOPPED_SESSION = """
 import asyncio, os, threading
 from pathlib import Path
 
-from inferline_testing.harness import Probe
+from inferline_testing.harness import FakeBackend
 from inferline_testing.stacks import own_stack
 
 
 def test_until_stopped():
     run = Path(os.environ["RUN"])
-    asyncio.run(Probe(run, "never-stopped").start_ready())
+    asyncio.run(FakeBackend(run, "never-stopped").start_ready())
     with own_stack(run, "stopped", model="simulated_gpu", prometheus=False):
         threading.Event().wait()
 """

@@ -2,7 +2,7 @@
 
 Two hops of the pipeline, every process real: callers → Envoy's ``batcher`` listener → the
 batcher (``python -m batcher``) → Envoy's ``triton`` listener → a pool of two replicas
-(``python -m inferline_testing.probe``, which counts every item it is asked for, and with
+(``python -m inferline_testing.fake_backend``, which counts every item it is asked for, and with
 ``--fail unavailable`` answers every call UNAVAILABLE while its health stays SERVING: a
 replica that is up but broken). The control plane feeds Envoy both clusters from an endpoints
 file. What reaches the pool is counted at the replicas themselves.
@@ -36,7 +36,7 @@ from inferline_testing.harness import (
     BatcherProcess,
     EdsProcess,
     EnvoyProcess,
-    Probe,
+    FakeBackend,
     envoy_params,
 )
 
@@ -50,7 +50,7 @@ WAIT_S = 30.0  # generous: only how long a broken run takes to fail
 class Chain:
     envoy: EnvoyProcess
     batcher: BatcherProcess
-    pool: list[Probe]
+    pool: list[FakeBackend]
 
     async def pool_items(self) -> int:
         return sum(await asyncio.gather(*(p.items() for p in self.pool)))
@@ -75,7 +75,7 @@ async def chain(tmp_path: Path, fails: tuple[str, ...], **batcher: object) -> As
     eds = EdsProcess(tmp_path, endpoints, ["batcher", "triton"])
     await eds.start_ready()
     envoy = EnvoyProcess(tmp_path, envoy_params(eds.port, ["batcher", "triton"]))
-    pool = [Probe(tmp_path, f"triton-{i}", 5.0, fail) for i, fail in enumerate(fails)]
+    pool = [FakeBackend(tmp_path, f"triton-{i}", 5.0, fail) for i, fail in enumerate(fails)]
     settings = {"max_batch_size": 8, "max_queue_delay_ms": 1.0, **batcher}
     server = BatcherProcess(tmp_path, envoy.listener("triton"), settings)
     processes = [eds, envoy, server, *pool]

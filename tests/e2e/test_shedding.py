@@ -2,10 +2,10 @@
 requests itself, before they reach a Python process, in the words a client can act on.
 
 The real Envoy, rendered from the template, its public listener's gRPC cluster fed by the control
-plane with one probe replica (``python -m inferline_testing.probe --fail resource_exhausted``:
-a middleman that refuses everything for load), and its REST cluster with a small aiohttp server
-that answers KServe's 429 the same way. The probe counts what reaches it; Envoy's admission
-control counts what it refused.
+plane with one fake backend (``python -m inferline_testing.fake_backend``, with
+``--fail resource_exhausted``: a middleman that refuses everything for load), and its REST cluster
+with a small aiohttp server that answers KServe's 429 the same way. The fake backend counts what
+reaches it; Envoy's admission control counts what it refused.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from eds.sources import endpoints_file
 from inferline_envoy import admin as envoy_admin
 from inferline_envoy.params import SHED_MESSAGE
 from inferline_stack import scaling
-from inferline_testing.harness import EdsProcess, EnvoyProcess, Probe, envoy_params
+from inferline_testing.harness import EdsProcess, EnvoyProcess, FakeBackend, envoy_params
 from inferline_testing.ports import free_port
 from inferline_testing.requests import bytes_request
 
@@ -43,7 +43,7 @@ SATURATED = "middleman says: saturated"  # the REST stand-in's words
 @dataclass
 class FrontDoor:
     envoy: EnvoyProcess
-    middleman: Probe
+    middleman: FakeBackend
     rest_port: int
 
     async def shed(self) -> int:
@@ -78,7 +78,7 @@ async def front_door(tmp_path: Path, shed: bool = True) -> AsyncIterator[FrontDo
     params = envoy_params(eds.port, ["middleman"], rest=(("middleman", "middleman-rest"),),
                           shed=shed)  # fmt: skip
     envoy = EnvoyProcess(tmp_path, params)
-    middleman = Probe(tmp_path, "middleman-0", 1.0, "resource_exhausted")
+    middleman = FakeBackend(tmp_path, "middleman-0", 1.0, "resource_exhausted")
     processes = [eds, envoy, middleman]
     try:
         await asyncio.gather(envoy.start_ready(), middleman.start_ready())

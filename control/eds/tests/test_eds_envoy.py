@@ -1,8 +1,8 @@
 """The control plane with the real Envoy and real gRPC backends, under load from the demo client.
 
 Every test starts its own processes on free ports: the control plane (``python -m eds``,
-file source), Envoy (rendered from the template), and probe backends
-(``python -m inferline_testing.probe``, KServe v2 servers that report which replica served a
+file source), Envoy (rendered from the template), and fake backends
+(``python -m inferline_testing.fake_backend``, KServe v2 servers that report which replica served a
 request and when its first one came).
 """
 
@@ -87,8 +87,8 @@ async def test_scale_1_2_4_2_1_under_load_with_no_failed_request(plane: Plane) -
         await flowing(recorder)
         for replicas in (2, 4, 2, 1):
             while len(pool.replicas) < replicas:
-                probe, event = await pool.add()
-                await pool.first_request(probe, event, WAIT_S)  # Envoy sends it requests
+                replica, event = await pool.add()
+                await pool.first_request(replica, event, WAIT_S)  # Envoy sends it requests
                 ups.append(event)
             while len(pool.replicas) > replicas:
                 await pool.remove()
@@ -153,13 +153,13 @@ async def test_control_plane_restart_under_load(plane: Plane) -> None:
 
         await wait_for(disconnected, WAIT_S, "Envoy to see the control plane gone")
         await flowing(recorder, 300)  # Envoy serves on its last configuration
-        probe, event = await plane.pool.add()  # the stack scales while the control plane is down
+        replica, event = await plane.pool.add()  # the stack scales while the control plane is down
         # 300 more requests through Envoy while the new replica is up and announced in the
         # file: with nobody to tell Envoy, none of them reaches it.
         await flowing(recorder, 300)
-        assert (await probe.stats())[0] == 0
+        assert (await replica.stats())[0] == 0
         await plane.eds.start_ready()
-        await plane.pool.first_request(probe, event, WAIT_S)  # resynchronised
+        await plane.pool.first_request(replica, event, WAIT_S)  # resynchronised
         await flowing(recorder)
     assert await connected_state(plane) == 1
     assert recorder.errors == 0, recorder.errors_by_code

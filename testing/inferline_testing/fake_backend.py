@@ -1,12 +1,12 @@
-"""python -m inferline_testing.probe: a KServe v2 backend that says who it is.
+"""python -m inferline_testing.fake_backend: a KServe v2 backend that says who it is.
 
-    python -m inferline_testing.probe --port 8001 --id triton-0 --delay-ms 5
-    python -m inferline_testing.probe --port 8002 --id triton-1 --fail unavailable
+    python -m inferline_testing.fake_backend --port 8001 --id triton-0 --delay-ms 5
+    python -m inferline_testing.fake_backend --port 8002 --id triton-1 --fail unavailable
 
 Answers ``ModelInfer`` for any model with zeros shaped like a classifier's output (``[N, 1]``
 FP32 for each requested output, default ``PROBABILITIES``), after ``--delay-ms`` of
 simulated work that takes no CPU, and puts its id in the response parameter ``backend``.
-The model ``probe_stats`` answers with its own statistics: ``ID`` (BYTES), ``REQUESTS``
+The model ``fake_backend_stats`` answers with its own statistics: ``ID`` (BYTES), ``REQUESTS``
 (INT64, inference requests served), ``FIRST_REQUEST_UNIX`` (FP64, the wall-clock time of
 its first inference request, 0 before it) and ``ITEMS`` (INT64, the rows of every inference
 request's first input: the images a pool was asked for, retries included). ``--fail CODE``
@@ -39,12 +39,12 @@ from inferline.servicer import Context, KServeServicer, serve
 
 logger = logging.getLogger(__name__)
 
-STATS_MODEL = "probe_stats"
+STATS_MODEL = "fake_backend_stats"
 DEFAULT_OUTPUT = "PROBABILITIES"
 
 
-class ProbeService(KServeServicer):
-    server_name = "inferline-probe"
+class FakeBackendService(KServeServicer):
+    server_name = "inferline-fake-backend"
     models = ()
 
     def __init__(
@@ -63,7 +63,7 @@ class ProbeService(KServeServicer):
         self.attempts: Counter[bytes] = Counter()  # each BYTES item (an image): times asked
 
     def serves(self, name: str, version: str) -> bool:
-        return True  # a probe answers for any model name
+        return True  # a fake backend answers for any model name
 
     async def ModelConfig(
         self, request: service_pb2.ModelConfigRequest, context: Context
@@ -100,7 +100,9 @@ class ProbeService(KServeServicer):
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         if self.fail is not None:
-            await context.abort(self.fail, f"probe {self.backend_id} fails every call (--fail)")
+            await context.abort(
+                self.fail, f"fake backend {self.backend_id} fails every call (--fail)"
+            )
         names = [o.name for o in request.outputs] or [DEFAULT_OUTPUT]
         for name in names:
             kserve.add_output(response, name, np.zeros((rows, 1), np.float32))
@@ -108,17 +110,19 @@ class ProbeService(KServeServicer):
 
 
 async def main(args: argparse.Namespace) -> None:
-    service = ProbeService(args.id, args.delay_ms / 1000, args.fail, args.max_batch_size)
-    running = await serve("probe", args.port, service, host=args.host)
-    logger.info("probe %s ready on port %d", args.id, running.port)
+    service = FakeBackendService(args.id, args.delay_ms / 1000, args.fail, args.max_batch_size)
+    running = await serve("fake_backend", args.port, service, host=args.host)
+    logger.info("fake backend %s ready on port %d", args.id, running.port)
     await serve_until_signal(running, args.grace_s)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m inferline_testing.probe", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m inferline_testing.fake_backend", description=__doc__
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--id", default="probe")
+    parser.add_argument("--id", default="fake-backend")
     parser.add_argument("--delay-ms", type=float, default=0.0, help="simulated work per request")
     parser.add_argument("--grace-s", type=float, default=5.0)
     parser.add_argument("--max-batch-size", type=int, default=64, help="what ModelConfig says")
@@ -136,4 +140,4 @@ if __name__ == "__main__":
     try:
         asyncio.run(main(parse_args(sys.argv[1:])))
     except OSError as exc:
-        sys.exit(f"inferline_testing.probe: {exc}")
+        sys.exit(f"inferline_testing.fake_backend: {exc}")
