@@ -6,15 +6,15 @@ Phases, on a stack of its own (every hop through Envoy, the default decode place
 
 1. unloaded: 2 callers, the latency to come back to (p99);
 2. capacity: 64 closed-loop callers, images/s — the pipeline's capacity;
-3. closed crowd: 1024 callers (5 s deadline each), then a light probe from the moment they stop;
-4. open crowd: Poisson arrivals at ten times the capacity, then the probe again;
+3. closed crowd: 1024 callers (5 s deadline each), then a paced caller from the moment they stop;
+4. open crowd: Poisson arrivals at ten times the capacity, then the paced caller again;
 5. short deadlines: 20 requests with a 50 ms deadline (less than the fastest answer) one at a
    time under 24 callers: how fast the middleman refuses them.
 
 Each row: images/s that succeeded (goodput) and its ratio to the capacity, failures by status,
-p99 of the successes, how fast refusals come (p99, for a paced probe caller arriving during the
+p99 of the successes, how fast refusals come (p99, for a paced caller arriving during the
 crowd, and for the crowd's own), and each process's peak resident memory. Recovery: how long
-after the crowd stopped sending every probe request was back within the unloaded p99 (plus 25%
+after the crowd stopped sending every paced request was back within the unloaded p99 (plus 25%
 and 20 ms). ``--model simulated`` (default) is a SIMULATED GPU slow enough that the
 model, not these two cores, is the bottleneck: a batch of 8 takes 180 ms (44 images/s), so the
 CPU left over shows what refusing costs. ``--model real`` is EfficientNet-Lite0 on the CPU.
@@ -22,8 +22,8 @@ CPU left over shows what refusing costs. ``--model real`` is EfficientNet-Lite0 
 The goals (:func:`goals`, wall-clock on the machine at hand, so reported here rather than
 asserted by tests/e2e/test_overload.py, which asserts the behaviour): under each crowd a
 goodput of :data:`GOODPUT_SHARE` of the capacity (95 % on the simulated GPU, 80 % with the
-real model, which shares these cores with the refusals), a probe refused within 50 ms (p99),
-latency back within the bound 5 s after the crowd left; each 50 ms request refused within
+real model, which shares these cores with the refusals), a paced caller refused within 50 ms
+(p99), latency back within the bound 5 s after the crowd left; each 50 ms request refused within
 70 ms (50 ms, plus 20 for the client and Envoy). Each is printed met or missed. Written to
 bench/results/overload-<model>.json (docs/reliability.md's table: ``python -m
 bench.reliability_report``) and printed.
@@ -46,7 +46,7 @@ from inferline_testing.overload.short_deadlines import ShortDeadlines, short_dea
 # (the simulated one) refusing costs the model nothing; on these cores it competes with it.
 GOODPUT_SHARE = {"simulated": 0.95, "real": 0.8}
 RSS_GROWTH = 1.3  # every process together, under the crowd, over their peak at capacity
-REFUSAL_P99_MS = 50.0  # a probe arriving during the crowd
+REFUSAL_P99_MS = 50.0  # a paced caller arriving during the crowd
 RECOVERY_S = 5.0
 SHORT_REFUSAL_MS = 70.0  # a 50 ms request, plus 20 ms for the client and Envoy
 COMPARE = {">=": operator.ge, "<=": operator.le}
@@ -68,7 +68,7 @@ def goals(result: dict[str, Any]) -> list[dict[str, Any]]:
         rows += [
             goal(f"{name}: goodput ratio", phase["goodput_ratio"], ">=", share),
             goal(f"{name}: RSS over capacity's", growth and round(growth, 2), "<=", RSS_GROWTH),
-            goal(f"{name}: probe refused in p99 ms", phase["probe_refusal_p99_ms"], "<=",
+            goal(f"{name}: paced caller refused in p99 ms", phase["paced_refusal_p99_ms"], "<=",
                  REFUSAL_P99_MS),
             goal(f"{name}: recovered after s", phase["recovered_after_s"], "<=", RECOVERY_S),
         ]  # fmt: skip

@@ -76,7 +76,7 @@ def overload_rows(model: str, result: Mapping[str, Any]) -> list[str]:
         crowd = row["phase"] != "capacity"
         offered = row["offered"].replace("closed ", "").replace("open ", "open loop, ")
         offered += " callers" if row["offered"].startswith("closed") else ""
-        refused = _ms(row.get("probe_refusal_p99_ms")) if crowd else NONE
+        refused = _ms(row.get("paced_refusal_p99_ms")) if crowd else NONE
         recovered = row.get("recovered_after_s")
         rss = row["peak_rss_total_mib"]
         lines.append(
@@ -168,7 +168,7 @@ def summary_section(
             f"{closed['goodput_ratio']:.2f} of capacity still served to 1,024 callers, "
             f"{open_['goodput_ratio']:.2f} to an open loop of {open_['offered'].split()[-1]}; "
             f"the excess refused by Envoy (RESOURCE_EXHAUSTED / 429) in "
-            f"{_ms(closed.get('probe_refusal_p99_ms'))} p99."
+            f"{_ms(closed.get('paced_refusal_p99_ms'))} p99."
         )
     if faults is not None:
         runs: Sequence[Mapping[str, Any]] = faults["runs"]

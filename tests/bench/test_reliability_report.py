@@ -18,10 +18,10 @@ OVERLOAD = {
     "phases": [
         phase("capacity", "closed 64", 43.7, 1000, generator_cpu=0.12),
         phase("closed crowd", "closed 1024", 42.6, 1100, goodput_ratio=0.97,
-              probe_refusal_p99_ms=8.0, recovered_after_s=3.0,
+              paced_refusal_p99_ms=8.0, recovered_after_s=3.0,
               codes={"RESOURCE_EXHAUSTED": 19164}),
         phase("open crowd", "open 437/s", 43.2, 1400, goodput_ratio=0.99,
-              probe_refusal_p99_ms=5.1, recovered_after_s=None,
+              paced_refusal_p99_ms=5.1, recovered_after_s=None,
               codes={"RESOURCE_EXHAUSTED": 23563, "DEADLINE_EXCEEDED": 3}),
     ],
     "short_deadline": {"slowest_refusal_ms": 3.4},

@@ -76,9 +76,9 @@ async def test_under_ten_times_capacity_what_is_not_served_is_refused_in_bounded
         assert set(summary.errors_by_code) <= {"RESOURCE_EXHAUSTED"}, summary.errors_by_code
         assert summary.errors_by_code, f"{crowd.name}: ten times capacity, and nothing refused?"
         # A caller arriving during the crowd was refused too, not queued behind it ...
-        assert spike.refusal_p99_ms() is not None, f"{crowd.name}: the probe was never refused"
+        assert spike.refusal_p99_ms() is not None, f"{crowd.name}: no paced call was refused"
         # ... and is served again once the crowd has left.
-        after = [sample for sample in spike.probe if sample.sent >= spike.ended]
+        after = [sample for sample in spike.paced if sample.sent >= spike.ended]
         assert after and after[-1].error is None, f"{crowd.name}: after the crowd, {after[-1:]}"
         for process, peak in crowd.peak_rss.items():
             cap = RSS_CAPS_MIB[process.rsplit("-", 1)[0]]

@@ -6,7 +6,7 @@ refused and how, and ``make bench-overload``, which reports these figures agains
 (how fast, how much), so both come from one code.
 
 Modules: :mod:`.usage` (what the stack's processes and this one use while a block runs),
-:mod:`.crowds` (a crowd offered to the public endpoint, and what a paced probe sees),
+:mod:`.crowds` (a crowd offered to the public endpoint, and what a paced caller sees),
 :mod:`.scenario` (capacity, then the closed and the open crowd), :mod:`.short_deadlines`
 (deadlines shorter than the fastest answer, under load) and :mod:`.report` (the table).
 """

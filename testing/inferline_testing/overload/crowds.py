@@ -1,5 +1,5 @@
 """A crowd offered to the public endpoint (the demo client's load, closed or open loop), and what
-one paced probe caller sees during it and after it: how fast it is refused, when it recovers."""
+one paced caller sees during it and after it: how fast it is refused, when it recovers."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class Sample:
     error: str | None
 
 
-async def probe(
+async def paced_calls(
     target: str,
     images: Sequence[bytes],
     duration_s: float,
@@ -59,10 +59,10 @@ async def probe(
 ) -> list[Sample]:
     """One caller, one request at a time, at most one every ``pace_s`` (a refused caller that
     came straight back would be a load of its own), keeping each request's send time and
-    latency; in a process of its own (:mod:`inferline_testing.paced_probe`), so that a crowd
+    latency; in a process of its own (:mod:`inferline_testing.paced_caller`), so that a crowd
     generated in this one does not slow what it sees. One caller: two would fall in and out of
     step with each other's batches."""
-    with tempfile.TemporaryDirectory(prefix="inferline-probe-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="inferline-paced-") as tmp:
         paths = []
         for i, image in enumerate(images):
             paths.append(Path(tmp) / f"{i}.jpg")
@@ -70,12 +70,12 @@ async def probe(
         argv = ["--target", target, "--duration", str(duration_s), "--pace", str(pace_s)]
         argv += ["--timeout", str(timeout_s), *map(str, paths)]
         process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "inferline_testing.paced_probe", *argv,
+            sys.executable, "-m", "inferline_testing.paced_caller", *argv,
             stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
         out, _ = await process.communicate()
     if process.returncode:
-        raise RuntimeError(f"the probe failed (exit {process.returncode})")
+        raise RuntimeError(f"the paced caller failed (exit {process.returncode})")
     return [Sample(sent, latency, error) for sent, latency, error in json.loads(out)]
 
 
@@ -97,12 +97,12 @@ def recovered_after(samples: Sequence[Sample], since: float, bound_s: float) -> 
 @dataclass(frozen=True)
 class Spike:
     summary: Summary  # the crowd's own view
-    probe: list[Sample]  # one paced caller, from the end of the crowd's warm-up on
+    paced: list[Sample]  # one paced caller, from the end of the crowd's warm-up on
     ended: float  # loop time the crowd stopped sending
 
     @property
     def during(self) -> list[Sample]:
-        return [s for s in self.probe if s.sent < self.ended]
+        return [s for s in self.paced if s.sent < self.ended]
 
     def refusal_p99_ms(self) -> float | None:
         """How fast a caller arriving during the crowd is refused (p99)."""
@@ -119,9 +119,9 @@ async def spike(
     warmup_s: float = 0.0,
     after_s: float = 10.0,
 ) -> Spike:
-    """Offer a crowd (:func:`offer`), with a paced probe from the end of its warm-up until
+    """Offer a crowd (:func:`offer`), with a paced caller from the end of its warm-up until
     ``after_s`` after it stopped sending (the requests it has in flight then still finish:
-    what the probe sees then is the recovery)."""
+    what the paced caller sees then is the recovery)."""
     loop = asyncio.get_running_loop()
     ends = loop.time() + warmup_s + duration_s
     crowd = asyncio.create_task(
@@ -135,5 +135,5 @@ async def spike(
         )
     )
     await asyncio.sleep(warmup_s)
-    samples = await probe(target, images, ends + after_s - loop.time())
+    samples = await paced_calls(target, images, ends + after_s - loop.time())
     return Spike(await crowd, samples, ends)

@@ -15,7 +15,7 @@ def table(result: dict[str, Any]) -> str:
     ]
     for row in result["phases"]:
         p99 = "-" if row["p99_ms"] is None else f"{row['p99_ms']:.0f}"
-        refusal = f"{row.get('probe_refusal_p99_ms', '-')} / {row['refusal_p99_ms'] or '-'}"
+        refusal = f"{row.get('paced_refusal_p99_ms', '-')} / {row['refusal_p99_ms'] or '-'}"
         lines.append(
             f"{row['phase']:<14}{row['offered']:<14}{row['images_per_s']:>9.1f}"
             f"{row.get('goodput_ratio', 1.0):>7.2f}{row['failed']:>8}{p99:>8}{refusal:>19}"
@@ -26,10 +26,10 @@ def table(result: dict[str, Any]) -> str:
             f"the load generator used {row.get('generator_cpu')} of the machine's cores"
         )
     lines.append(
-        "refused in: p99 of how fast a paced probe arriving during the crowd was refused / of "
+        "refused in: p99 of how fast a paced caller arriving during the crowd was refused / of "
         "the crowd's own refusals (its generator shares these cores); recovered: seconds after "
-        "the crowd stopped sending until every probe request was within "
-        f"{result['recovery_bound_ms']} ms (None: not within the probe's 10 s)"
+        "the crowd stopped sending until every paced request was within "
+        f"{result['recovery_bound_ms']} ms (None: not within the paced caller's 10 s)"
     )
     if short := result.get("short_deadline"):
         lines.append(short_deadline_line(short))

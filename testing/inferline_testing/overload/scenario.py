@@ -1,5 +1,5 @@
 """The overload run: the capacity (closed loop), then a closed crowd and an open crowd of ten
-times it, each with the paced probe during it and for the recovery after it, and each process's
+times it, each with the paced caller during it and for the recovery after it, and each process's
 peak memory meanwhile."""
 
 from __future__ import annotations
@@ -9,7 +9,14 @@ from typing import Any
 
 from demo_client.stats import Summary
 from inferline_stack.config import StackConfig
-from inferline_testing.overload.crowds import Spike, offer, p99_ms, probe, recovered_after, spike
+from inferline_testing.overload.crowds import (
+    Spike,
+    offer,
+    p99_ms,
+    paced_calls,
+    recovered_after,
+    spike,
+)
 from inferline_testing.overload.usage import own_cpu, peak_rss, stack_groups
 
 MiB = 1024 * 1024
@@ -81,7 +88,7 @@ class Report:
         return crowd.goodput / self.capacity.goodput
 
     def recovered_after_s(self, spike: Spike) -> float | None:
-        return recovered_after(spike.probe, spike.ended, self.recovery_bound_s)
+        return recovered_after(spike.paced, spike.ended, self.recovery_bound_s)
 
     def to_dict(self) -> dict[str, Any]:
         rows = [self.capacity.row()]
@@ -92,7 +99,7 @@ class Report:
                 {
                     **phase.row(),
                     "goodput_ratio": round(self.goodput_ratio(phase), 3),
-                    "probe_refusal_p99_ms": None if refusal is None else round(refusal, 1),
+                    "paced_refusal_p99_ms": None if refusal is None else round(refusal, 1),
                     "recovered_after_s": None if recovered is None else round(recovered, 2),
                 }
             )
@@ -107,11 +114,11 @@ class Report:
 
 async def measure(config: StackConfig, images: list[bytes], duration_s: float) -> Report:
     """Capacity, then the closed crowd and the open crowd, each ``duration_s`` long, each with
-    the probe during it and for the recovery after it."""
+    the paced caller during it and for the recovery after it."""
     target = f"127.0.0.1:{config.public_port}"
     groups = stack_groups(config)
     await offer(target, images, duration_s=3.0, concurrency=CAPACITY_CALLERS)  # warm up
-    unloaded = p99_ms(await probe(target, images, 5.0)) or 0.0
+    unloaded = p99_ms(await paced_calls(target, images, 5.0)) or 0.0
     with own_cpu() as cpu:
         async with peak_rss(groups) as peaks:
             summary = await offer(

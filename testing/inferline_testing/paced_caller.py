@@ -1,7 +1,7 @@
-"""A paced probe caller as a process of its own, so that what it measures is the pipeline, not
-the event loop of a load generator it would share (``inferline_testing.overload.crowds.probe``).
+"""A paced caller as a process of its own, so that what it measures is the pipeline, not the
+event loop of a load generator it would share (``inferline_testing.overload.crowds.paced_calls``).
 
-    python -m inferline_testing.paced_probe --target HOST:PORT --duration S IMAGE...
+    python -m inferline_testing.paced_caller --target HOST:PORT --duration S IMAGE...
 
 Prints one JSON list of ``[sent, latency_s, error]``; ``sent`` is on the system-wide monotonic
 clock (``time.monotonic``, which asyncio's loop time is on Linux), comparable across processes.
