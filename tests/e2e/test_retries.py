@@ -107,7 +107,7 @@ async def callers(target: str, concurrency: int, each: int) -> Counter[str]:
     return codes
 
 
-async def test_one_failing_replica_of_two_costs_no_request_and_at_most_one_retry(
+async def test_one_failing_replica_of_two_costs_no_request_and_is_retried_at_the_pool_hop_only(
     tmp_path: Path,
 ) -> None:
     async with chain(tmp_path, ("", "unavailable")) as c:
@@ -117,14 +117,18 @@ async def test_one_failing_replica_of_two_costs_no_request_and_at_most_one_retry
         pool_retries, _ = await c.retries("triton")
         batcher_retries, _ = await c.retries("batcher")
     requests = sum(codes.values())
-    print(f"{codes}; the pool asked for {healthy} + {failing} (failing) items; Envoy retried "
-          f"{pool_retries} to the pool, {batcher_retries} to the batcher")  # fmt: skip
+    print(f"{codes}; the pool asked for {healthy} + {failing} (failing) items, at most "
+          f"{max(attempts.values())} for an image; Envoy retried {pool_retries} to the pool, "
+          f"{batcher_retries} to the batcher")  # fmt: skip
     assert codes == {"OK": requests}, codes
     assert failing > 0, "the failing replica was never tried: the test proved nothing"
     assert healthy + failing == attempts.total()
     assert len(attempts) == requests  # each image reached the pool ...
-    assert max(attempts.values()) == 2  # ... at most twice: one retry, on the other replica
+    assert healthy == requests  # ... and the healthy replica answered each once: none twice
     assert pool_retries > 0 and batcher_retries == 0  # retried where it failed, only there
+    # Not asserted: at most one retry per image. A retry's pick of "another" host is Envoy's
+    # best effort (previous_hosts): about one image in 200, in one run in six here, went
+    # to the failing replica twice before the healthy one answered it.
 
 
 async def test_a_failing_pool_fails_each_request_unavailable_in_time_and_bounds_extra_attempts(

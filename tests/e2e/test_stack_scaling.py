@@ -201,8 +201,9 @@ async def test_kill_9_a_triton_replica_under_load(scaling_stack: StackConfig) ->
         )  # fmt: skip
         failed_hc_after_s = time.monotonic() - killed
         await flowing(recorder, 200)  # and the load goes on, on triton-0
-    assert all(p.exists() for p in segments)  # kill -9 leaves PyTriton's shared memory...
-    assert workspace.is_dir()  # ...and its workspace behind...
+    # kill -9 leaves PyTriton's shared memory (not asserted: any stack's sweep on this machine,
+    # another test worker's, may free it first, as nobody maps it) and its workspace behind...
+    assert workspace.is_dir()
     print(
         f"triton-1 had served {served} requests; out of rotation {left_after_s:.2f}s after "
         f"kill -9, failing health checks after {failed_hc_after_s:.2f}s; {recorder.summary()}"
