@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,13 @@ def write_kustomization(
 
 
 def render(overlay: str, registry: str, tag: str, namespace: str = kube.NAMESPACE) -> str:
-    """What ``make deploy`` applies: ``kubectl kustomize`` of :func:`write_kustomization`."""
-    folder = write_kustomization(overlay, registry, tag, namespace)
-    return kube.kubectl("kustomize", str(folder))
+    """What ``make deploy`` applies: ``kubectl kustomize`` of :func:`write_kustomization`. One
+    render at a time on this machine (a lock on ``build/deploy``): the folder is the overlay's,
+    and a render of other images written between another's write and its read (parallel test
+    workers do that) would hand it the wrong images."""
+    lock = ROOT / "build" / "deploy" / ".render.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        folder = write_kustomization(overlay, registry, tag, namespace)
+        return kube.kubectl("kustomize", str(folder))
