@@ -5,11 +5,15 @@ Each port setting gets a free port; a replica's base port gets one whose whole s
 ports lie below the kernel's ephemeral range: a replica started minutes later binds its series
 then, and a port of that range free at the start may meanwhile be an outgoing connection's (a
 GPU pod scaled up under load failed to bind its preprocess so: "address already in use").
+Under pytest-xdist each worker draws them from a slice of that range of its own: two workers'
+stacks cannot see each other's series until they bind them (a trace-view stack's GPU pod found
+its preprocess port taken by the other worker's stack).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import socket
 from pathlib import Path
@@ -72,12 +76,26 @@ def ephemeral_floor() -> int:
         return 32768  # Linux's default
 
 
+def worker_slice(low: int, high: int) -> tuple[int, int]:
+    """This process's share of ports ``low`` to ``high``: all of them, or under pytest-xdist
+    worker gw<k>'s k-th of PYTEST_XDIST_WORKER_COUNT equal slices (its subprocesses inherit it)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    if not worker.startswith("gw") or workers < 2:
+        return low, high
+    width = (high - low) // workers
+    index = int(worker.removeprefix("gw")) % workers
+    return low + index * width, low + (index + 1) * width
+
+
 def free_series(step: int, count: int, taken: set[int]) -> int:
     """A base port whose series base + step · i (i < count) is free, not ``taken`` nor handed
-    out before, and below the ephemeral range (so it stays free while the stack runs)."""
-    top = ephemeral_floor() - step * (count - 1)
+    out before, below the ephemeral range (so it stays free while the stack runs) and within
+    this process's slice of it (:func:`worker_slice`)."""
+    low, high = worker_slice(LOWEST, ephemeral_floor())
+    top = high - step * (count - 1)
     for _ in range(ATTEMPTS):
-        base = random.randrange(LOWEST, top)
+        base = random.randrange(low, top)
         series = {base + step * i for i in range(count)}
         if not (taken | _GIVEN) & series and all(map(bindable, series)):
             taken.update(series)
