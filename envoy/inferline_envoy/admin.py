@@ -171,6 +171,12 @@ async def wait_ready(admin: str, timeout_s: float) -> None:
         await asyncio.sleep(POLL_S)
 
 
+async def endpoint(admin: str, cluster: str, address: str, port: int) -> HostStatus | None:
+    """Envoy's view of one endpoint of ``cluster`` (``None``: Envoy does not have it)."""
+    hosts = (await clusters(admin)).get(cluster, [])
+    return next((h for h in hosts if h.key == (address, port)), None)
+
+
 async def wait_host(
     admin: str,
     cluster: str,
@@ -186,8 +192,7 @@ async def wait_host(
     host: HostStatus | None = None
     while True:
         try:
-            hosts = (await clusters(admin)).get(cluster, [])
-            host = next((h for h in hosts if h.key == (address, port)), None)
+            host = await endpoint(admin, cluster, address, port)
             if condition(host):
                 return host
         except AdminError:

@@ -152,8 +152,7 @@ class Rig:
         return self.envoy.admin
 
     async def host(self, address: str, port: int) -> envoy_admin.HostStatus | None:
-        hosts = (await envoy_admin.clusters(self.admin)).get(CLUSTER, [])
-        return next((h for h in hosts if h.key == (address, port)), None)
+        return await envoy_admin.endpoint(self.admin, CLUSTER, address, port)
 
     async def announce(self, *replicas: Replica) -> None:
         for replica in replicas:
