@@ -18,6 +18,7 @@ kubectl (1.32, kustomize v5.5) is required: without it the tests skip, saying so
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import os
@@ -176,9 +177,20 @@ def render_text(target: str) -> str:
         return kustomize(folder)
 
 
+@functools.cache
+def _parsed(text: str) -> tuple[dict[str, Any], ...]:
+    return tuple(doc for doc in yaml.load_all(text, Loader=yaml.CSafeLoader) if doc)
+
+
+def documents(text: str) -> list[dict[str, Any]]:
+    """The objects of a rendered ``text``, parsed once (libyaml's parser: Python's took most
+    of these tests' time), each call fresh copies: a test may change them."""
+    return copy.deepcopy(list(_parsed(text)))
+
+
 def render(target: str) -> list[dict[str, Any]]:
     """The rendered objects of ``target`` (fresh copies: a test may change them)."""
-    return [doc for doc in yaml.safe_load_all(render_text(target)) if doc]
+    return documents(render_text(target))
 
 
 def find(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:

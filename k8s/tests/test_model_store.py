@@ -33,7 +33,7 @@ from inferline.catalog import ModelCard, write_card
 from inferline_testing.object_stores import S3_ENV, gcs_server, s3_server
 from inferline_testing.ports import free_port
 from inferline_testing.servers import running
-from k8s.tests.manifests import K8S, find, kustomize
+from k8s.tests.manifests import K8S, documents, find, kustomize
 
 READY_TIMEOUT_S = 120.0
 PROBE_CONFIG = """\
@@ -71,7 +71,7 @@ def render_with(component: str, tmp_path: Path) -> list[dict[str, Any]]:
         "components": [os.path.relpath(K8S / "components" / component, folder)],
     }
     (folder / "kustomization.yaml").write_text(yaml.safe_dump(kustomization), "utf-8")
-    return [doc for doc in yaml.safe_load_all(kustomize(folder)) if doc]
+    return documents(kustomize(folder))
 
 
 def pod(objects: list[dict[str, Any]], name: str) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from k8s.tests.manifests import (
     K8S,
     NAMESPACE,
     OVERLAYS,
+    documents,
     kustomize,
     target_components,
 )
@@ -109,7 +110,7 @@ def render_text(target: str, layered: bool = True) -> str:
 
 
 def render(target: str, layered: bool = True) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(render_text(target, layered)) if doc]
+    return documents(render_text(target, layered))
 
 
 def where(obj: dict[str, Any]) -> str:

@@ -12,6 +12,8 @@ images are the contract's (k8s/CONTRACT.md). Where the pods are scheduled: test_
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -76,6 +78,19 @@ def test_every_component_is_covered() -> None:
     assert {p.name for p in (K8S / "overlays").iterdir() if p.is_dir()} == set(OVERLAYS)
 
 
+@functools.cache
+def strict_failure(obj_json: str) -> str | None:
+    """Why the object (as JSON) fails Kubernetes' strict schema, or None. Memoized: the same
+    object is in many targets, and the library reads its schemas from disk for each call."""
+    try:
+        kubernetes_validate.validate(json.loads(obj_json), KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        return f"{'.'.join(str(p) for p in exc.path)}: {exc.message}"
+    except kubernetes_validate.SchemaNotFoundError as exc:
+        return f"no schema ({exc.message})"
+    return None
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_renders_and_validates_strictly(target: str) -> None:
     objects = render(target)
@@ -91,13 +106,8 @@ def test_renders_and_validates_strictly(target: str) -> None:
             assert obj["kind"] in CERT_MANAGER_KINDS, f"{where}: an unexpected custom resource"
             check_cert_manager_resource(obj, objects)
             continue
-        try:
-            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
-        except kubernetes_validate.ValidationError as exc:
-            path = ".".join(str(p) for p in exc.path)
-            failures.append(f"{where}: {path}: {exc.message}")
-        except kubernetes_validate.SchemaNotFoundError as exc:
-            failures.append(f"{where}: no schema ({exc.message})")
+        if failure := strict_failure(json.dumps(obj, sort_keys=True)):
+            failures.append(f"{where}: {failure}")
     assert not failures, f"{target} against Kubernetes {KUBERNETES_VERSION}:\n" + "\n".join(
         failures
     )
@@ -283,7 +293,7 @@ def test_no_host_name_carries_the_namespace_or_the_cluster_domain(target: str) -
     for obj in render(target):
         if obj["kind"] == "Certificate":
             continue
-        text = yaml.safe_dump(obj)
+        text = json.dumps(obj)
         where = f"{obj['kind']} {obj['metadata']['name']}"
         assert ".svc" not in text and "cluster.local" not in text, where
 
