@@ -29,7 +29,8 @@ def table(result: dict[str, Any]) -> str:
         "refused in: p99 of how fast a paced caller arriving during the crowd was refused / of "
         "the crowd's own refusals (its generator shares these cores); recovered: seconds after "
         "the crowd stopped sending until every paced request was within "
-        f"{result['recovery_bound_ms']} ms (None: not within the paced caller's 10 s)"
+        f"{result['recovery_bound_ms']} ms (None: not within the paced caller's "
+        f"{result['recovery_s']:g} s)"
     )
     if short := result.get("short_deadline"):
         lines.append(short_deadline_line(short))

@@ -79,6 +79,7 @@ class Report:
     unloaded_p99_ms: float
     capacity: Phase
     crowds: list[tuple[Phase, Spike]]
+    recovery_s: float  # how long the paced caller went on after each crowd
 
     @property
     def recovery_bound_s(self) -> float:
@@ -107,14 +108,18 @@ class Report:
             "deadline_s": DEADLINE_S,
             "unloaded_p99_ms": round(self.unloaded_p99_ms, 1),
             "recovery_bound_ms": round(self.recovery_bound_s * 1000, 1),
+            "recovery_s": self.recovery_s,
             "capacity_images_per_s": round(self.capacity.goodput, 1),
             "phases": rows,
         }
 
 
-async def measure(config: StackConfig, images: list[bytes], duration_s: float) -> Report:
+async def measure(
+    config: StackConfig, images: list[bytes], duration_s: float, recovery_s: float = 10.0
+) -> Report:
     """Capacity, then the closed crowd and the open crowd, each ``duration_s`` long, each with
-    the paced caller during it and for the recovery after it."""
+    the paced caller during it and for ``recovery_s`` after it (the crowd's requests in flight
+    end within :data:`DEADLINE_S` of it)."""
     target = f"127.0.0.1:{config.public_port}"
     groups = stack_groups(config)
     await offer(target, images, duration_s=3.0, concurrency=CAPACITY_CALLERS)  # warm up
@@ -142,6 +147,7 @@ async def measure(config: StackConfig, images: list[bytes], duration_s: float) -
                     concurrency=concurrency,
                     rate=crowd_rate,
                     warmup_s=CROWD_WARMUP_S,
+                    after_s=recovery_s,
                 )
         crowds.append((Phase(name, offered, result.summary, dict(peaks), *cpu), result))
-    return Report(unloaded, capacity, crowds)
+    return Report(unloaded, capacity, crowds, recovery_s)
