@@ -22,6 +22,13 @@ from inferline_stack.processes import ProcessTable
 from inferline_stack.stack import down, up
 from inferline_testing.ports import config_on_free_ports
 
+# The simulated GPU at 100 ms a batch, for tests that hold a closed-loop load while something
+# happens (a scale, a fault): the load is then bounded by the "GPU" (8 callers: about 70 requests
+# a second), not by the machine's cores. At the default 8 ms a batch, 8 callers take every core
+# there is, for requests no test counts, from the tests beside it (make test runs two at once):
+# measured alone, the scaling tests used 139 s of CPU at 8 ms and 93 s at 100 ms.
+GPU_BOUND: dict[str, Any] = {"model": "simulated_gpu", "triton_args": "--simulated-t0-ms 100"}
+
 
 @contextlib.contextmanager
 def own_stack(run_dir: Path, what: str, **settings: Any) -> Iterator[StackConfig]:

@@ -37,6 +37,7 @@ from inferline_testing.harness import flowing, load
 from inferline_testing.ports import config_on_free_ports
 from inferline_testing.procfs import group_pids, shared_memory
 from inferline_testing.prometheus import query, series, tool
+from inferline_testing.stacks import GPU_BOUND
 from inferline_testing.waits import wait_for, wait_for_state
 
 pytestmark = pytest.mark.e2e
@@ -53,7 +54,7 @@ def scaling_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackCo
     last test."""
     config = config_on_free_ports(
         tmp_path_factory.mktemp("scaling"),
-        model="simulated_gpu",
+        **GPU_BOUND,
         prometheus_config=str(ROOT / "grafana" / "prometheus" / "prometheus.yml"),
         scrape_interval_s=1.0,
     )
