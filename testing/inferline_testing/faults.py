@@ -27,6 +27,7 @@ from inferline_envoy import admin as envoy_admin
 from inferline_stack import services
 from inferline_stack.config import BATCHER, MIDDLEMAN, TRITON, StackConfig
 from inferline_stack.processes import ProcessTable
+from inferline_stack.replicas import running_replicas
 from inferline_stack.services import HOST, replica_name
 from inferline_testing import stack_cli
 from inferline_testing.procfs import group_pids
@@ -157,10 +158,12 @@ def taken(replica: services.Service) -> int:
 
 
 async def with_replicas(config: StackConfig, replicas: int = REPLICAS) -> None:
-    """Every tier at ``replicas`` (``make scale``: a dead replica is replaced, one stopped by
-    SIGSTOP is left to come back)."""
+    """Every tier at ``replicas`` (``make scale`` where one is not: a dead replica is replaced,
+    one stopped by SIGSTOP is left to come back)."""
+    table = ProcessTable(Path(config.run_dir))
     for service in dict.fromkeys(TIERS.values()):
-        await stack_cli.scale(config, service, replicas)
+        if running_replicas(table, service) != list(range(replicas)):
+            await stack_cli.scale(config, service, replicas)
 
 
 async def lose_one(
