@@ -2,8 +2,8 @@
 found, replayed through its target (``fuzz/regressions/<target>/<name>``).
 
 ``make fuzz`` is the long run (FUZZ_SECONDS per target); here each target gets
-``INFERLINE_FUZZ_SECONDS`` (10 by default), from its seeds and the regressions, in a fresh work
-folder: a fresh clone's run.
+``INFERLINE_FUZZ_SECONDS`` (5 by default: a smoke pass, the depth is ``make fuzz``'s), from its
+seeds and the regressions, in a fresh work folder: a fresh clone's run.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from fuzz import runner
 from fuzz.targets import TARGETS
 from inferline_testing import tools
 
-SECONDS = int(os.environ.get("INFERLINE_FUZZ_SECONDS", "10"))
+SECONDS = int(os.environ.get("INFERLINE_FUZZ_SECONDS", "5"))
 REGRESSIONS = sorted(p for p in runner.REGRESSIONS.glob("*/*") if p.is_file())
 
 
