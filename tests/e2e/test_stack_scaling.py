@@ -262,8 +262,10 @@ async def test_kill_9_of_a_pods_preprocess_frees_its_ring(scaling_stack: StackCo
         await envoy_admin.wait_gone(config.admin_url, TRITON, HOST, port, WAIT_S)
         await flowing(recorder, 100)  # the load goes on, on triton-0
     assert recorder.errors == 0, recorder.errors_by_code
-    assert all(p.exists() for p in ring)  # left behind by the kill...
-    out = await scale(config, 2)  # ...until the next `make scale`, which starts a new pod
+    # The kill leaves the ring behind (not asserted: nobody maps it now, so any stack's sweep on
+    # this machine, another test worker's, may free it first) until the next `make scale`,
+    # which frees it and starts a new pod:
+    out = await scale(config, 2)
     assert "triton-1 was not running" in out
     await envoy_has(config, {triton_port(config, i) for i in (0, 1)})
     now = ring_inodes(config, "triton-1")
