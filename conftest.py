@@ -48,13 +48,20 @@ STACKS = {"stack", "public_url", "public_rest_url", "middlemen"}  # fixtures tha
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark what needs the session's stack (``stack``): `make test-fast` leaves it out. Under
     pytest-xdist's ``--dist loadgroup`` (`make test`), a module's tests run on one worker, so a
-    module's own stack starts once; a module marked with a group of its own (what shares
-    something of the machine's, such as its routing rules) runs on that group's worker."""
+    module's own stack starts once; the modules that use the session's stack all run on one
+    worker, so that it starts once, not on every worker; a module marked with a group of its own
+    (what shares something of the machine's, such as its routing rules) runs on that group's."""
+    on_stack = {item.nodeid.split("::")[0] for item in items if uses_the_stack(item)}
     for item in items:
-        if STACKS & set(getattr(item, "fixturenames", ())):
+        module = item.nodeid.split("::")[0]
+        if uses_the_stack(item):
             item.add_marker(pytest.mark.stack)
         if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+            item.add_marker(pytest.mark.xdist_group("stack" if module in on_stack else module))
+
+
+def uses_the_stack(item: pytest.Item) -> bool:
+    return bool(STACKS & set(getattr(item, "fixturenames", ())))
 
 
 @pytest.fixture(scope="session")
