@@ -35,8 +35,9 @@ def assert_each_hop_once_within_the_whole(entries: list[timing.Entry]) -> None:
     assert sorted(names) == sorted(HOPS), entries
     took = dict(entries)
     assert all(ms > 0 for ms in took.values()), entries
-    # Each hop's time holds the hops beneath it.
-    assert took["envoy"] >= took["middleman"] >= took["batch"]
+    # Each hop's time holds the hops beneath it; Envoy's is in whole milliseconds, cut down
+    # (%RESPONSE_DURATION%): 36 is anything from 36 to 37.
+    assert took["envoy"] + 1 > took["middleman"] >= took["batch"]
     assert took["batch"] >= took["infer"] and took["middleman"] >= took["queue"]
 
 
