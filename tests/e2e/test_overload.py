@@ -26,7 +26,7 @@ from inferline_stack.config import StackConfig
 from inferline_testing import media
 from inferline_testing.overload.report import short_deadline_line, table
 from inferline_testing.overload.scenario import SIMULATED, measure
-from inferline_testing.overload.short_deadlines import short_deadlines
+from inferline_testing.overload.short_deadlines import SHORT_DEADLINE_S, short_deadlines
 from inferline_testing.requests import bytes_request
 from inferline_testing.stacks import own_stack
 
@@ -95,10 +95,14 @@ async def test_a_deadline_the_pipeline_cannot_meet_is_refused_and_never_reaches_
 ) -> None:
     result = await short_deadlines(overload_stack, images())
     print(f"\n{short_deadline_line(result.to_dict())}")
-    # Every 50 ms request was answered DEADLINE_EXCEEDED by the server, which said why.
-    for outcome in result.outcomes:
-        assert outcome.error == "DEADLINE_EXCEEDED", outcome
-        assert "less than the fastest answer" in outcome.message, outcome
+    # Every 50 ms request was answered DEADLINE_EXCEEDED: by middleman, which said why, or, on
+    # a machine busy enough to spend the 50 ms before middleman saw it, by its deadline passing
+    # on the way (never sooner: nothing else refused it).
+    assert all(o.error == "DEADLINE_EXCEEDED" for o in result.outcomes), result.outcomes
+    said_why = ["less than the fastest answer" in o.message for o in result.outcomes]
+    assert any(said_why), result.outcomes
+    for outcome, why in zip(result.outcomes, said_why, strict=True):
+        assert why or outcome.latency_s >= SHORT_DEADLINE_S, outcome
     # Triton inferred exactly the background's images: none of the refused requests' work.
     assert result.background.errors == 0, result.background.errors_by_code
     assert result.inferred == result.background.images
