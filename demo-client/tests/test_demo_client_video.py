@@ -39,11 +39,27 @@ async def stream_all(target: str, path: Path, **kwargs: Any) -> tuple[list[Frame
 
 
 async def test_each_frame_arrives_while_the_upload_goes_on(
-    fake: tuple[str, FakeKServe], video_file: Path
+    fake: tuple[str, FakeKServe], video_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     target, servicer = fake
     servicer.video_chunks.clear()
-    frames, stream = await stream_all(target, video_file, sampling=Sampling(fps=2.0))
+    # A slow upload: after its first chunk, the rest waits until the first frame has come (on a
+    # fast one the client may send all six chunks before it reads any answer). A client that
+    # read no answer before its upload ended would hang here, and time out.
+    first_frame, upload = asyncio.Event(), VideoStream._requests
+
+    async def slow_upload(stream: VideoStream, file: Any) -> Any:
+        async for request in upload(stream, file):
+            yield request
+            await first_frame.wait()
+
+    monkeypatch.setattr(VideoStream, "_requests", slow_upload)
+    async with asyncio.timeout(30), open_clients(target) as clients:
+        stream = VideoStream(clients[0], video_file, CHUNK, sampling=Sampling(fps=2.0))
+        frames = []
+        async for frame in stream:
+            frames.append(frame)
+            first_frame.set()
     assert [f.index for f in frames] == [0, 10, 20, 30, 40, 50]
     assert [f.label for f in frames] == ["tabby"] * 6 and frames[0].score == pytest.approx(0.9)
     assert [f.last for f in frames] == [False] * 5 + [True]

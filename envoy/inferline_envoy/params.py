@@ -56,14 +56,14 @@ class EnvoyParams:
     # INNER_MESSAGE_BYTES (the stack passes them; a test checks these defaults agree).
     max_pending_requests: int = 4096
     max_requests: int = 4096
-    # Retries per request at one hop, each on another replica where one is free. Not 1: right
-    # after a kill -9 LEAST_REQUEST (FULL_SCAN) picks the emptiest replica, the dead one, until
-    # outlier detection ejects it 20-70 ms later (one retry lost 2-3 of 2,300 requests there).
+    # Retries per request at one hop, each on another replica where one is free (inferline.
+    # capacity's HOP_RETRIES says why five): right after a kill -9 LEAST_REQUEST (FULL_SCAN)
+    # picks the emptiest replica, the dead one, until outlier detection ejects it 20-100 ms later.
     # What bounds the attempts is the budget: retries in flight at most this share of the
     # requests in flight, so a failing pool gets about a fifth more attempts, not a multiple;
     # at least min_retry_concurrency, so that the burst a kill -9 resets at once (every request
     # in flight on the lost replica) is retried whole.
-    num_retries: int = 3
+    num_retries: int = 5
     retry_back_off_s: float = 0.01  # fully jittered, exponential: up to (2^n - 1) x this
     retry_back_off_max_s: float = 0.1
     retry_budget_percent: float = 20.0

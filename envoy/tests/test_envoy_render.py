@@ -59,7 +59,7 @@ def test_the_local_config_has_four_hops_over_ads() -> None:
     assert limits["retry_budget"] == budget
     route = listeners["triton"]["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]
     retry = route["virtual_hosts"][0]["routes"][0]["route"]["retry_policy"]
-    assert retry["retry_on"] == RETRY_ON_LEAF and retry["num_retries"] == 3
+    assert retry["retry_on"] == RETRY_ON_LEAF and retry["num_retries"] == 5
     assert config["admin"]["address"]["socket_address"] == {
         "address": "127.0.0.1",
         "port_value": 9901,
