@@ -49,6 +49,12 @@ BATCHER_QUEUE_BYTES = 512 * MiB
 PREPROCESS_INFLIGHT_REQUESTS = ADMITTED_REQUESTS * FAN_IN
 PREPROCESS_INFLIGHT_BYTES = 512 * MiB
 
+# What a gRPC server lets one stream receive ahead of the service reading it: a video upload
+# whose decoder waits (the GPU is busy) holds this much in the transport, and no more. gRPC's
+# default window grows with the link's bandwidth-delay product instead: with Triton paused for
+# 1.5 s under an upload, middleman's peak memory grew 62.8 MiB. A unary message larger than this
+# costs a round trip per window; every inner hop's (an image, a tensor) is smaller.
+STREAM_WINDOW_BYTES = 4 * MiB
 ENVOY_MAX_REQUESTS = 4096  # per cluster: requests in flight and pending, each
 # Retries in flight: at most this share of the requests in flight, and at least this many (a
 # kill -9 resets every request on a replica at once): Envoy's retry budget on every hop, and

@@ -18,7 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from inferline import timing, tracing
-from inferline.capacity import INNER_MESSAGE_BYTES
+from inferline.capacity import INNER_MESSAGE_BYTES, STREAM_WINDOW_BYTES
 from inferline.metrics import RpcMetrics
 from inferline.tls import ServerTls
 
@@ -41,6 +41,11 @@ def server_options(max_message_bytes: int = INNER_MESSAGE_BYTES) -> list[tuple[s
         ("grpc.http2.min_recv_ping_interval_without_data_ms", PING_INTERVAL_MS),
         ("grpc.http2.max_ping_strikes", 0),
         ("grpc.so_reuseport", 0),
+        # What a stream may have received and not yet read: a fixed window (inferline.capacity's
+        # STREAM_WINDOW_BYTES), not gRPC's default that grows with the link's measured
+        # bandwidth-delay product without bound.
+        ("grpc.http2.bdp_probe", 0),
+        ("grpc.http2.lookahead_bytes", STREAM_WINDOW_BYTES),
     ]
 
 

@@ -38,9 +38,10 @@ MESSAGE_BYTES = 1 * MiB
 CHUNK_BYTES = 512 * 1024
 LARGE_VIDEO_BYTES = 160 * MiB
 # What a video in chunks may add to a process's peak memory, beyond what a short one of the
-# same kind took: chunks in flight (gRPC's flow-control windows, the forwarding's two), decoded
-# frames, allocator slack; none of it grows with the video. Measured on the 2-core development
-# machine, shared with other work (11-42 MiB; a loaded CI run saw 57): see docs/video.md.
+# same kind took: chunks in flight (gRPC's flow-control windows, fixed at 4 MiB a stream, the
+# forwarding's two), decoded frames, allocator slack; none of it grows with the video. Measured
+# on the 2-core development machine, shared with other work (11-42 MiB; 17-25 MiB with Triton
+# paused 1.5 s mid-upload, where gRPC's growing windows had let 26-70 MiB in): see docs/video.md.
 # A whole video in memory would add the video itself, several times over (message,
 # input array, copies): twice this bound and more.
 PEAK_GROWTH_BOUND = 80 * MiB
