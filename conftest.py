@@ -51,11 +51,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     module's own stack starts once; the modules that use the session's stack all run on one
     worker, so that it starts once, not on every worker; a module marked with a group of its own
     (what shares something of the machine's, such as its routing rules) runs on that group's."""
-    on_stack = {item.nodeid.split("::")[0] for item in items if uses_the_stack(item)}
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        if uses_the_stack(item):
-            item.add_marker(pytest.mark.stack)
+    modules = {item: item.nodeid.split("::")[0] for item in items}
+    stacked = [item for item in items if uses_the_stack(item)]
+    on_stack = {modules[item] for item in stacked}
+    for item in stacked:
+        item.add_marker(pytest.mark.stack)
+    for item, module in modules.items():
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group("stack" if module in on_stack else module))
 

@@ -15,6 +15,9 @@ from demo_client.client import open_clients
 from demo_client.load import LoadConfig, run_load
 from demo_client.stats import Recorder, Summary, percentiles_ms
 
+# How long the paced caller goes on after a crowd stops sending, unless told: the recovery.
+AFTER_S = 10.0
+
 
 async def offer(
     target: str,
@@ -117,7 +120,7 @@ async def spike(
     concurrency: int,
     rate: float | None = None,
     warmup_s: float = 0.0,
-    after_s: float = 10.0,
+    after_s: float = AFTER_S,
 ) -> Spike:
     """Offer a crowd (:func:`offer`), with a paced caller from the end of its warm-up until
     ``after_s`` after it stopped sending (the requests it has in flight then still finish:

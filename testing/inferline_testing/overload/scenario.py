@@ -10,6 +10,7 @@ from typing import Any
 from demo_client.stats import Summary
 from inferline_stack.config import StackConfig
 from inferline_testing.overload.crowds import (
+    AFTER_S,
     Spike,
     offer,
     p99_ms,
@@ -115,7 +116,7 @@ class Report:
 
 
 async def measure(
-    config: StackConfig, images: list[bytes], duration_s: float, recovery_s: float = 10.0
+    config: StackConfig, images: list[bytes], duration_s: float, recovery_s: float = AFTER_S
 ) -> Report:
     """Capacity, then the closed crowd and the open crowd, each ``duration_s`` long, each with
     the paced caller during it and for ``recovery_s`` after it (the crowd's requests in flight
