@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.benchlib import jpegs, overload_stack, run_main, write_result
+from demo_client.load import Outcome
 from inferline_stack.config import TRITON, StackConfig
 from inferline_stack.processes import ProcessTable
 from inferline_stack.replicas import scale
@@ -105,9 +106,17 @@ async def soak(config: StackConfig, images: list[bytes], duration_s: float) -> d
     rate = capacity.images_per_s * LOAD_SHARE
     tracks: dict[str, Track] = {}
     events: list[str] = []
+    failures: list[Outcome] = []  # when each failed request was sent, and what it was told
+    started = asyncio.get_running_loop().time()
+
+    def failed(outcome: Outcome) -> None:
+        if outcome.error is not None:
+            failures.append(outcome)
+
     load = offer(
-        target, images, duration_s=duration_s, concurrency=1024, rate=rate, timeout_s=DEADLINE_S
-    )
+        target, images, duration_s=duration_s, concurrency=1024, rate=rate, timeout_s=DEADLINE_S,
+        on_outcome=failed,
+    )  # fmt: skip
     summary, _, _ = await asyncio.gather(
         load, scale_events(config, duration_s, events), sample(config, duration_s, tracks)
     )
@@ -133,6 +142,10 @@ async def soak(config: StackConfig, images: list[bytes], duration_s: float) -> d
         "requests": summary.requests,
         "failed": summary.errors,
         "failed_by_code": summary.errors_by_code,
+        # The first of each status, what it said, and when each failed one was sent (s from the
+        # load's start): set beside the scale events, whether they failed around one of them.
+        "failed_messages": {o.error: o.message for o in reversed(failures) if o.error},
+        "failed_sent_s": [round(o.sent - started, 1) for o in failures],
         "images_per_s": round(summary.images_per_s, 1),
         "p99_ms": None if summary.p99_ms is None else round(summary.p99_ms, 1),
         "scale_events": events,
@@ -174,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     for event in result["scale_events"]:
         print(f"  {event}")
+    for code, message in result["failed_messages"].items():
+        print(f"  {code}, the first said: {message}")
+    if result["failed_sent_s"]:
+        print(f"  the failed requests were sent at (s): {result['failed_sent_s']}")
     print(f"{'process':<22}{'RSS MiB':>12}{'MiB/min':>9}{'fds':>12}{'/min':>7}  (first→last)")
     for name, p in result["processes"].items():
         rss = f"{p['rss_mib'][0]}→{p['rss_mib'][1]}"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from demo_client.client import open_clients
-from demo_client.load import LoadConfig, run_load
+from demo_client.load import LoadConfig, OutcomeHook, run_load
 from demo_client.stats import Recorder, Summary, percentiles_ms
 
 # How long the paced caller goes on after a crowd stops sending, unless told: the recovery.
@@ -29,10 +29,11 @@ async def offer(
     timeout_s: float = 5.0,
     channels: int = 4,
     warmup_s: float = 0.0,
+    on_outcome: OutcomeHook | None = None,
 ) -> Summary:
     """The demo client's load: ``concurrency`` closed-loop callers, or (``rate``) an open loop
     with up to ``concurrency`` in flight; every request with a ``timeout_s`` deadline. The first
-    ``warmup_s`` seconds are sent but not recorded."""
+    ``warmup_s`` seconds are sent but not recorded; ``on_outcome`` gets each recorded one."""
     config = LoadConfig(
         concurrency=concurrency,
         duration_s=duration_s,
@@ -43,7 +44,7 @@ async def offer(
     )
     recorder = Recorder(concurrency=concurrency)
     async with open_clients(target, channels) as clients:
-        return await run_load(clients, config, list(images), recorder)
+        return await run_load(clients, config, list(images), recorder, on_outcome=on_outcome)
 
 
 @dataclass(frozen=True)
