@@ -144,7 +144,7 @@ async def soak(config: StackConfig, images: list[bytes], duration_s: float) -> d
         "failed_by_code": summary.errors_by_code,
         # The first of each status, what it said, and when each failed one was sent (s from the
         # load's start): set beside the scale events, whether they failed around one of them.
-        "failed_messages": {o.error: o.message for o in reversed(failures) if o.error},
+        "failed_messages": {o.error: o.message for o in reversed(failures)},
         "failed_sent_s": [round(o.sent - started, 1) for o in failures],
         "images_per_s": round(summary.images_per_s, 1),
         "p99_ms": None if summary.p99_ms is None else round(summary.p99_ms, 1),
