@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,14 +98,21 @@ def write_kustomization(
     return folder
 
 
-def render(overlay: str, registry: str, tag: str, namespace: str = kube.NAMESPACE) -> str:
-    """What ``make deploy`` applies: ``kubectl kustomize`` of :func:`write_kustomization`. One
-    render at a time on this machine (a lock on ``build/deploy``): the folder is the overlay's,
-    and a render of other images written between another's write and its read (parallel test
-    workers do that) would hand it the wrong images."""
+@contextlib.contextmanager
+def render_lock() -> Iterator[None]:
+    """One render at a time on this machine (a lock on ``build/deploy``): the folder is the
+    overlay's, and a render of other images written between another's write and its read
+    (parallel test workers do that) would hand it the wrong images."""
     lock = ROOT / "build" / "deploy" / ".render.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
     with lock.open("a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
+        yield
+
+
+def render(overlay: str, registry: str, tag: str, namespace: str = kube.NAMESPACE) -> str:
+    """What ``make deploy`` applies: ``kubectl kustomize`` of :func:`write_kustomization`,
+    under :func:`render_lock`."""
+    with render_lock():
         folder = write_kustomization(overlay, registry, tag, namespace)
         return kube.kubectl("kustomize", str(folder))

@@ -87,7 +87,10 @@ def test_deploy_renders_the_overlay_in_another_namespace(overlay: str) -> None:
     assert {o["metadata"].get("namespace") for o in yaml.safe_load_all(default) if o} >= {
         "inferline"
     }
-    assert not (kustomize.ROOT / "build" / "deploy" / overlay / "pipeline").exists()
+    with kustomize.render_lock():  # another worker's render of another namespace waits
+        kustomize.write_kustomization(overlay, "reg.example/team/", "v7", "team-a")
+        folder = kustomize.write_kustomization(overlay, "reg.example/team/", "v7")
+        assert not (folder / "pipeline").exists()
 
 
 @pytest.mark.parametrize(("namespace", "deleted"), [("inferline", True), ("team-a", False)])
