@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from inferline import tracing
+from inferline_models import server_wait
 from inferline_models.binding import Binding
 from inferline_models.repository import MAX_QUEUE_DELAY_US, MODEL_NAME
 from inferline_models.simulated import K_MS, SIMULATED_MODEL, T0_MS, GpuTiming, simulated_binding
@@ -188,6 +189,7 @@ class LocalTriton:
         self._ports = ports
         self._address = address
         use_this_libpython()
+        server_wait.install()  # PyTriton's own wait for its server naps a second at a time
         self._triton = Triton(
             config=TritonConfig(
                 grpc_address=address,
