@@ -295,7 +295,13 @@ def triton_replica(config: StackConfig, index: int) -> Service:
         f"--preprocess={shlex.join(python(PREPROCESS))}",
     )
     return dataclasses.replace(
-        replica, argv=argv, env=env, pod_metrics=f"http://{HOST}:{pod_metrics_port}/metrics"
+        replica,
+        argv=argv,
+        env=env,
+        # What Envoy checks too: the pod answers SERVING once its Triton is ready and its
+        # shared-memory regions are registered, a moment after its models answer ready.
+        check=lambda: health.serving(address, tls=tls) and health.ready(address, *models, tls=tls),
+        pod_metrics=f"http://{HOST}:{pod_metrics_port}/metrics",
     )
 
 

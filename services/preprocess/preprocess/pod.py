@@ -39,6 +39,9 @@ from preprocess.shm import NoSlot
 logger = logging.getLogger(__name__)
 
 HEALTH_PERIOD_S = 1.0
+# While its Triton is not ready (starting, restarting), the pod asks this often: Envoy's next
+# health check, a second later, would otherwise find the pod NOT_SERVING after its Triton is up.
+STARTING_PERIOD_S = 0.1
 
 
 class PodService(PreprocessService):
@@ -237,4 +240,4 @@ async def watch_health(server: RunningServer, triton: LocalTriton, stop: asyncio
             logger.info("Triton at %s %s: %s", triton.url, "ready" if now else "not ready",
                         "SERVING" if now else "NOT_SERVING")  # fmt: skip
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), HEALTH_PERIOD_S)
+            await asyncio.wait_for(stop.wait(), HEALTH_PERIOD_S if serving else STARTING_PERIOD_S)
