@@ -5,9 +5,10 @@ Adding: start, wait for the replica's own readiness (KServe ServerReady/ModelRea
 direct port), then announce it (HEALTHY in the endpoints file; control/eds pushes it) and wait
 until Envoy routes to it. Draining: DRAINING in the file, wait until Envoy has nothing in
 flight to it, stop the process, remove it from the file (:mod:`inferline_stack.scaling`, the
-protocol the test harness's pools share). Scaling up, lowest free index first; down, highest
-first; replicas whose process died are removed from the endpoints file first. One ``scale``
-(or ``up``) at a time per run directory.
+protocol the test harness's pools share). As a Deployment's pods, the replicas of one step
+start together (the lowest free indices) and drain together (the highest); replicas whose
+process died are removed from the endpoints file first. One ``scale`` (or ``up``) at a time
+per run directory.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from eds.sources import endpoints_file
@@ -42,15 +44,26 @@ class StackError(Exception):
 
 def start_ready(config: StackConfig, table: ProcessTable, service: Service) -> float:
     """Start ``service`` (stopping a stale one first); seconds until it answered ready."""
+    started = start(config, table, service)
+    with console.status(f"starting {service.name} …"):
+        return wait_ready(config, table, service, started)
+
+
+def start(config: StackConfig, table: ProcessTable, service: Service) -> float:
+    """Start ``service`` (stopping a stale one first), not waiting; when it started."""
     table.stop(service.name, config.stop_grace_s)
     leftovers.remove_workspace(table.run_dir, service.name)  # what a kill -9 left of the last
-    start = time.monotonic()
-    pid = table.start(service.name, service.argv, service.env, service.fingerprint())
-    with console.status(f"starting {service.name} (pid {pid}) …"):
-        ok = wait_until(
-            service.check, config.start_timeout_s, functools.partial(table.running, service.name)
-        )
-    took = time.monotonic() - start
+    started = time.monotonic()
+    table.start(service.name, service.argv, service.env, service.fingerprint())
+    return started
+
+
+def wait_ready(config: StackConfig, table: ProcessTable, service: Service, started: float) -> float:
+    """Seconds from ``started`` until ``service`` answered ready; if it does not within the
+    start timeout (or exits), it is stopped and a StackError shows its log's last lines."""
+    timeout = config.start_timeout_s - (time.monotonic() - started)
+    ok = wait_until(service.check, timeout, functools.partial(table.running, service.name))
+    took = time.monotonic() - started
     if not ok:
         why = "is not ready" if table.running(service.name) else "exited"
         log = table.log_tail(service.name)
@@ -63,26 +76,42 @@ def start_ready(config: StackConfig, table: ProcessTable, service: Service) -> f
     return took
 
 
-def add(config: StackConfig, table: ProcessTable, service: Service) -> None:
-    """Start a replica, wait until it is ready, announce it, wait until Envoy routes to it;
-    if Envoy does not, take it out again and stop it."""
-    took = start_ready(config, table, service)
-    path, members = endpoints_path(config), service.members()
+def add(config: StackConfig, table: ProcessTable, replicas: Sequence[Service]) -> None:
+    """Start every replica at once, as a Deployment's new pods start; then, in order, wait
+    until each is ready, announce it and wait until Envoy routes to it (``up`` passes the
+    tiers upstream first: a later one reaches an earlier one through Envoy). One that fails
+    is stopped with those not announced yet, and the StackError says why."""
+    started = [start(config, table, replica) for replica in replicas]
+    names = ", ".join(r.name for r in replicas)
+    for index, (replica, since) in enumerate(zip(replicas, started, strict=True)):
+        try:
+            with console.status(f"starting {names} …"):
+                took = wait_ready(config, table, replica, since)
+                routed = _announce(config, table, replica)
+        except StackError:
+            table.stop_all([r.name for r in replicas[index + 1 :]], config.stop_grace_s)
+            raise
+        track(config, table)
+        console.print(
+            f"[green]✓[/] {replica.name} ready at {replica.address} ({took:.1f}s); "
+            f"Envoy routes to it after {routed:.2f}s"
+        )
+
+
+def _announce(config: StackConfig, table: ProcessTable, replica: Service) -> float:
+    """HEALTHY in the endpoints file; seconds until Envoy routes to it. If Envoy does not,
+    take it out again and stop it."""
+    path, members = endpoints_path(config), replica.members()
     try:
-        routed = (
+        return (
             asyncio.run(scaling.announce(path, members, config.admin_url, ROUTABLE_TIMEOUT_S))
             or 0.0
         )
     except (TimeoutError, envoy_admin.AdminError) as exc:
         for cluster, endpoint in members:
             endpoints_file.remove_endpoint(path, cluster, HOST, endpoint.port)
-        table.stop(service.name, config.stop_grace_s)
-        raise StackError(f"Envoy does not route to {service.name}: {exc}") from None
-    track(config, table)
-    console.print(
-        f"[green]✓[/] {service.name} ready at {service.address} ({took:.1f}s); "
-        f"Envoy routes to it after {routed:.2f}s"
-    )
+        table.stop(replica.name, config.stop_grace_s)
+        raise StackError(f"Envoy does not route to {replica.name}: {exc}") from None
 
 
 def in_endpoints_file(config: StackConfig, service: Service) -> bool:
@@ -93,36 +122,40 @@ def in_endpoints_file(config: StackConfig, service: Service) -> bool:
     return any(e.key == (HOST, service.port) for e in clusters.get(service.cluster, ()))
 
 
-def drain(config: StackConfig, table: ProcessTable, service: Service) -> None:
-    """DRAINING, wait until Envoy has nothing in flight to it, stop it, remove it."""
+def drain(config: StackConfig, table: ProcessTable, replicas: Sequence[Service]) -> None:
+    """Drain replicas together, as a Deployment's pods terminate: DRAINING, wait until Envoy
+    has nothing in flight to any of them, stop them (at once), remove them."""
     start = time.monotonic()
     stopping: list[float] = []
+    listed = [r for r in replicas if in_endpoints_file(config, r)]
+    for replica in replicas:  # no endpoints file, or not in it: just stop
+        if replica not in listed:
+            table.stop(replica.name, config.stop_grace_s)
+            console.print(f"stopped {replica.name} (it was not in {endpoints_path(config)})")
+    if not listed:
+        track(config, table)
+        return
 
     def stop() -> None:
         stopping.append(time.monotonic())
-        table.stop(service.name, config.stop_grace_s)
+        table.stop_all([r.name for r in listed], config.stop_grace_s)
 
-    if not in_endpoints_file(config, service):  # no endpoints file, or not in it: just stop
-        stop()
-        track(config, table)
-        console.print(f"stopped {service.name} (it was not in {endpoints_path(config)})")
-        return
-    with console.status(f"draining {service.name} …"):
+    names = ", ".join(r.name for r in listed)
+    members = [member for replica in listed for member in replica.members()]
+    with console.status(f"draining {names} …"):
         drained = asyncio.run(
-            scaling.drain(
-                endpoints_path(config), service.members(), config.admin_url, stop, DRAIN_TIMEOUT_S
-            )
+            scaling.drain(endpoints_path(config), members, config.admin_url, stop, DRAIN_TIMEOUT_S)
         )
     track(config, table)
     took, drained_after = time.monotonic() - start, stopping[0] - start
     if drained:
         console.print(
-            f"[green]✓[/] {service.name} drained: nothing in flight in Envoy after "
+            f"[green]✓[/] {names} drained: nothing in flight in Envoy after "
             f"{drained_after:.2f}s; stopped and removed after {took:.1f}s"
         )
     else:
         console.print(
-            f"[yellow]![/] {service.name}: Envoy did not confirm the drain within "
+            f"[yellow]![/] {names}: Envoy did not confirm the drain within "
             f"{DRAIN_TIMEOUT_S:g}s; stopped (graceful) and removed all the same"
         )
 
@@ -215,11 +248,12 @@ def _scale(config: StackConfig, table: ProcessTable, service: str, replicas: int
         console.print(f"[yellow]![/] {name} was not running: removed from the endpoints file")
     running = running_replicas(table, service)
     before = len(running)
-    while len(running) < replicas:
-        index = min(set(range(MAX_REPLICAS)) - set(running))
-        add(config, table, services.replica(config, service, index))
-        running = sorted([*running, index])
-    while len(running) > replicas:
-        index = running.pop()
-        drain(config, table, services.replica(config, service, index))
+    free = sorted(set(range(MAX_REPLICAS)) - set(running))
+    add(
+        config,
+        table,
+        [services.replica(config, service, i) for i in free[: max(0, replicas - before)]],
+    )
+    drain(config, table, [services.replica(config, service, i) for i in running[replicas:]][::-1])
+    running = running_replicas(table, service)
     console.print(f"{service}: {before} → {len(running)} replicas")

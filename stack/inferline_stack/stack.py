@@ -2,9 +2,9 @@
 
 up, in order: the endpoints file (every cluster, with the replicas still running), the
 control plane, Envoy, then replica 0 of Triton (in-pod: a GPU pod, Triton and the preprocess
-beside it), the batcher, preprocess (remote placement only) and middleman, each announced to
-Envoy once ready, before the next one (which reaches it through Envoy) starts;
-last, readiness through the public endpoint. Processes already running with the same
+beside it), the batcher, preprocess (remote placement only) and middleman, started at once and
+announced to Envoy in that order, each once ready (a later one reaches an earlier one through
+Envoy); last, readiness through the public endpoint. Processes already running with the same
 configuration and healthy are kept, so ``up`` is idempotent. down stops everything, front to
 back, with no process left behind: also what a supervisor killed alone left running.
 """
@@ -106,12 +106,18 @@ def _up(config: StackConfig, table: ProcessTable) -> None:
             raise StackError(f"envoy --mode validate rejects {path}:", output[-3000:])
         _ensure(config, table, envoy)
     _prometheus(config, table)
-    for service in config.services:
-        running = [s for s in kept if s.cluster == service]
-        for replica in running:
-            console.print(f"[green]✓[/] {replica.name} already running at {replica.address}")
-        if not any(s.name == replica_name(service, 0) for s in running):
-            add(config, table, services.replica(config, service, 0))
+    for replica in kept:
+        console.print(f"[green]✓[/] {replica.name} already running at {replica.address}")
+    names = {replica.name for replica in kept}
+    add(  # every tier's replica 0 that does not run, started at once, announced upstream first
+        config,
+        table,
+        [
+            services.replica(config, service, 0)
+            for service in config.services
+            if replica_name(service, 0) not in names
+        ],
+    )
     public = f"127.0.0.1:{config.public_port}"
     start = time.monotonic()
     if not health.wait_until(

@@ -83,7 +83,7 @@ def test_drain_without_an_endpoints_file_just_stops(tmp_path: Path) -> None:
     table = ProcessTable(tmp_path)
     replica = services.replica(config, "triton", 1)
     pid = table.start(replica.name, [sys.executable, "-c", "import time; time.sleep(60)"], {})
-    replicas.drain(config, table, replica)
+    replicas.drain(config, table, [replica])
     assert not group_alive(pid)
     assert not services.endpoints_path(config).exists()
 
