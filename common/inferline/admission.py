@@ -4,8 +4,10 @@ Pure: no gRPC, the caller supplies the clock. A request is admitted when
 
 * fewer than ``max_requests`` requests, and fewer than ``max_bytes`` of their bytes, are in
   flight (the hard bounds that keep memory bounded whatever the load), and
-* its deadline leaves at least the fastest answer the pipeline has given (else no load could
-  make it in time: DEADLINE_EXCEEDED is the honest answer), and
+* its deadline leaves at least the fastest answer the pipeline has given a request no larger
+  than it (else no load could make it in time: DEADLINE_EXCEEDED is the honest answer; a larger
+  request's answer says nothing of a smaller one's, and one slow answer to a 64 MiB request
+  must not refuse every ordinary request after it), and
 * either fewer than ``floor`` requests are in flight, or the items in flight plus its own, at the
   throughput measured over the last ``window_s`` seconds, finish within ``target`` of the time
   its deadline leaves.
@@ -32,7 +34,7 @@ class Overloaded(Exception):
     """The request is refused; the message says why, in figures. ``reason``: ``requests`` or
     ``bytes`` (a hard bound), ``load`` (what is in flight would not let it finish within its
     deadline) or ``deadline`` (its deadline is shorter than the fastest answer the pipeline has
-    ever given: the caller's deadline, not the load, is the problem)."""
+    ever given a request no larger: the caller's deadline, not the load, is the problem)."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
@@ -73,7 +75,8 @@ class Admission:
         self._done: deque[tuple[float, int]] = deque()  # (when, items) completed in the window
         self._done_items = 0
         self._since: float | None = None  # when the measurement began (the last busy start)
-        self.fastest: float | None = None  # the quickest answer so far, seconds
+        # The quickest answer so far, seconds, by request size: bytes to the next power of two.
+        self._fastest: dict[int, float] = {}
 
     def rate(self) -> float | None:
         """Items completed per second while busy, over the window; None until ``floor`` items
@@ -101,11 +104,13 @@ class Admission:
                 f"overloaded: {self.bytes + nbytes} bytes would be in flight, more than this "
                 f"server admits ({limits.names[1]}={limits.max_bytes}); retry later",
             )
-        if items and self.fastest is not None and time_left < self.fastest:
+        fastest = self.fastest(nbytes) if items else None
+        if fastest is not None and time_left < fastest:
             raise Overloaded(
                 "deadline",
                 f"the deadline leaves {time_left * 1000:.0f} ms, less than the fastest answer "
-                f"this pipeline has given ({self.fastest * 1000:.0f} ms): allow a longer deadline",
+                f"this pipeline has given a request of its size ({fastest * 1000:.0f} ms): allow "
+                "a longer deadline",
             )
         if items and self.requests >= limits.floor:
             self._check_time(items, time_left)
@@ -118,6 +123,12 @@ class Admission:
             if not self._done:  # nothing measured in the window: idle time would count
                 self._since = now
         return Ticket(items, nbytes, now)
+
+    def fastest(self, nbytes: int) -> float | None:
+        """The quickest answer to a request of at most about ``nbytes`` bytes (its size rounded
+        up to a power of two); None before the first."""
+        size = nbytes.bit_length()
+        return min((took for s, took in self._fastest.items() if s <= size), default=None)
 
     def _check_time(self, items: int, time_left: float) -> None:
         rate = self.rate()
@@ -143,7 +154,8 @@ class Admission:
             return
         now = self.clock()
         took = now - ticket.admitted
-        self.fastest = took if self.fastest is None else min(self.fastest, took)
+        size = ticket.nbytes.bit_length()
+        self._fastest[size] = min(took, self._fastest.get(size, took))
         if self.requests + 1 >= self.limits.floor:
             self._done.append((now, ticket.items))
             self._done_items += ticket.items

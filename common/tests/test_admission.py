@@ -74,20 +74,39 @@ def test_what_would_not_finish_in_time_is_refused_as_load() -> None:
 def test_a_deadline_shorter_than_the_fastest_answer_is_the_callers_problem() -> None:
     clock = FakeClock()
     admission = Admission(Limits(1000, 10**9, floor=8), clock)
-    assert admission.fastest is None
+    assert admission.fastest(1) is None
     for took in (0.3, 0.12, 0.2):
         ticket = admission.admit(1, 1, 60.0)
         clock.now += took
         admission.release(ticket, completed=True)
     failed = admission.admit(1, 1, 60.0)
     admission.release(failed, completed=False)  # at once, but it failed: not an answer
-    assert admission.fastest == pytest.approx(0.12)
+    assert admission.fastest(1) == pytest.approx(0.12)
     # No load at all, and still no way to answer in 50 ms.
     with pytest.raises(Overloaded, match=r"leaves 50 ms, less than the fastest .* \(120 ms\)") as e:
         admission.admit(1, 1, 0.05)
     assert e.value.reason == "deadline"
     admission.admit(1, 1, 0.13)
     admission.admit(0, 1, 0.05)  # no items (a video): only the hard bounds
+
+
+def test_a_slow_answer_to_a_large_request_refuses_no_smaller_one() -> None:
+    """A 64 MiB request answered in 8 s, the first of all, says nothing of a 100 KB one's time;
+    held to it, every ordinary request after it would be refused, and none answered to say
+    otherwise. A larger request is held to the smaller one's answer: it is no faster."""
+    clock = FakeClock()
+    admission = Admission(Limits(1000, 2**30, floor=8), clock)
+    large = admission.admit(5, 64 * 2**20, 60.0)
+    clock.now += 8.0
+    admission.release(large, completed=True)
+    small = admission.admit(1, 100_000, 5.0)  # admitted: no answer to one this small yet
+    clock.now += 0.1
+    admission.release(small, completed=True)
+    assert admission.fastest(100_000) == pytest.approx(0.1)
+    assert admission.fastest(64 * 2**20) == pytest.approx(0.1)
+    with pytest.raises(Overloaded, match="fastest answer") as e:
+        admission.admit(5, 64 * 2**20, 0.05)
+    assert e.value.reason == "deadline"
 
 
 def test_the_rate_follows_the_last_window_only() -> None:
