@@ -45,27 +45,35 @@ def remove_workspace(run_dir: str | Path, name: str) -> None:
 
 
 def in_use() -> set[str]:
-    """Every /dev/shm file some live process maps or holds open (of those this user can see)."""
+    """Every /dev/shm file some live process maps or holds open (of those this user can see).
+    A scan of every process's maps and open files: its cost grows with the processes running,
+    so it runs only where a segment is a candidate (:func:`orphan_segments`)."""
+    prefix = f"{SHM}/"
     used: set[str] = set()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
+    # os.* rather than Path: a scan walks thousands of entries, and Path objects cost more
+    # than the reads (py-spy, make test).
+    for pid in os.listdir("/proc"):  # noqa: PTH208
+        if not pid.isdigit():
             continue
         try:
-            maps = (proc / "maps").read_text()
+            with open(f"/proc/{pid}/maps", "rb") as maps:
+                mapped = maps.read()
         except OSError:  # gone, or another user's
             continue
-        used.update(line.split(None, 5)[5].removesuffix(" (deleted)")
-                    for line in maps.splitlines() if f" {SHM}/" in line)  # fmt: skip
+        if f" {prefix}".encode() in mapped:  # most map no shared memory: no line to split
+            used.update(line.split(None, 5)[5].removesuffix(" (deleted)")
+                        for line in mapped.decode(errors="replace").splitlines()
+                        if f" {prefix}" in line)  # fmt: skip
         try:
-            fds = list((proc / "fd").iterdir())
+            fds = os.listdir(f"/proc/{pid}/fd")  # noqa: PTH208
         except OSError:
             continue
         for fd in fds:
             try:
-                target = str(fd.readlink())
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")  # noqa: PTH115
             except OSError:
                 continue
-            if target.startswith(f"{SHM}/"):
+            if target.startswith(prefix):
                 used.add(target)
     return used
 
@@ -84,15 +92,17 @@ def orphan_segments(min_age_s: float = MIN_AGE_S) -> list[Path]:
     except OSError:  # no /dev/shm
         return []
     orphans = [p for p, m in named.items() if not alive(int(m.group(1)))]
-    used, now, uid = in_use(), time.time(), os.getuid()
+    now, uid = time.time(), os.getuid()
+    candidates = []
     for path in random:
         try:
             stat = path.stat()
         except OSError:
             continue
-        if stat.st_uid == uid and now - stat.st_mtime >= min_age_s and str(path) not in used:
-            orphans.append(path)
-    return orphans
+        if stat.st_uid == uid and now - stat.st_mtime >= min_age_s:
+            candidates.append(path)
+    used = in_use() if candidates else set()
+    return orphans + [path for path in candidates if str(path) not in used]
 
 
 def free_orphans(min_age_s: float = MIN_AGE_S) -> int:

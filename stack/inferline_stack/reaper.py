@@ -111,7 +111,8 @@ class Proc:
 def process(pid: int) -> Proc | None:
     """``pid`` as /proc shows it; None once it is gone or a zombie."""
     try:
-        fields = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+        with open(f"{PROC}/{pid}/stat", encoding="utf-8", errors="replace") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
     if fields[0] in ("Z", "X"):
@@ -141,9 +142,9 @@ def _exe(pid: int) -> str:
 def processes() -> dict[int, Proc]:
     """Every live process but this one."""
     found = {}
-    for entry in PROC.iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            proc = process(int(entry.name))
+    for entry in os.listdir(PROC):  # noqa: PTH208 (as leftovers.in_use: a scan's cost)
+        if entry.isdigit() and int(entry) != os.getpid():
+            proc = process(int(entry))
             if proc is not None:
                 found[proc.pid] = proc
     return found
@@ -188,13 +189,23 @@ def send(pids: Sequence[int], signum: int) -> None:
 
 
 def wait_gone(claims: Sequence[Claim], timeout_s: float) -> bool:
-    """Until nothing ``claims`` mark runs (True), or ``timeout_s`` passed (False)."""
+    """Until nothing ``claims`` mark runs (True), or ``timeout_s`` passed (False). Between
+    scans of every process (what a claim marks: their environments, their executables), it
+    watches only the processes the last scan found; once they are gone, it scans again for any
+    they started meanwhile."""
     deadline = time.monotonic() + timeout_s
-    while _marked(claims):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(POLL_S)
+    while found := {pid: proc.started for pid, (proc, _) in _marked(claims).items()}:
+        while any(_same(pid, started) for pid, started in found.items()):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(POLL_S)
     return True
+
+
+def _same(pid: int, started: int) -> bool:
+    """Whether ``pid`` still runs as the process that started at ``started``."""
+    proc = process(pid)
+    return proc is not None and proc.started == started
 
 
 def stop(claims: Sequence[Claim], grace_s: float) -> dict[Claim, list[int]]:

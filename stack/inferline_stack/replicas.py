@@ -197,18 +197,20 @@ def forget_dead(config: StackConfig, table: ProcessTable, service: str) -> list[
         name = endpoint.name
         if name and not table.running(name):
             endpoints_file.remove_endpoint(path, service, endpoint.address, endpoint.port)
-            forget(table, name)
             gone.append(name)
     if gone:
+        forget(table, gone)
         track(config, table)
     return gone
 
 
-def forget(table: ProcessTable, name: str) -> None:
-    """Forget a process that is gone, and free what a ``kill -9`` left of it: its workspace,
-    and shared memory nobody uses any more (:mod:`inferline_stack.leftovers`)."""
-    table.stop(name)  # not running: just removes its pid file
-    leftovers.remove_workspace(table.run_dir, name)
+def forget(table: ProcessTable, names: Sequence[str]) -> None:
+    """Forget processes that are gone, and free what a ``kill -9`` left of them: their
+    workspaces, and shared memory nobody uses any more (:mod:`inferline_stack.leftovers`: a
+    scan of every process, so once for all of them)."""
+    table.stop_all(names)  # not running: just removes their pid files
+    for name in names:
+        leftovers.remove_workspace(table.run_dir, name)
     leftovers.free_orphans()
 
 

@@ -192,12 +192,13 @@ def _ensure(config: StackConfig, table: ProcessTable, service: Service) -> None:
 
 def _keep_replicas(config: StackConfig, table: ProcessTable) -> list[Service]:
     """The replicas that keep running (healthy, same configuration); stop the others."""
-    kept = []
+    kept, recorded, stale = [], set(table.names()), []
     for service in SERVICES:
         for index in range(MAX_REPLICAS):
             name = replica_name(service, index)
             if not table.running(name):
-                forget(table, name)  # a stale pid file, what a crash left
+                if name in recorded:
+                    stale.append(name)  # a stale pid file, what a crash left
                 continue
             if service not in config.services:
                 table.stop(name, config.stop_grace_s)
@@ -209,6 +210,8 @@ def _keep_replicas(config: StackConfig, table: ProcessTable) -> list[Service]:
             else:
                 table.stop(name, config.stop_grace_s)
                 console.print(f"stopped {name} (configuration changed, or not healthy)")
+    if stale:
+        forget(table, stale)
     return kept
 
 
