@@ -48,7 +48,7 @@ def fault_stack(
     """A stack whose inner hops dial as ``request.param`` (a key of DIALS) says."""
     with own_stack(
         tmp_path_factory.mktemp("faults"), "fault", model="simulated_gpu",
-        proxyless=DIALS[request.param],
+        proxyless=DIALS[request.param], prometheus=False,  # nothing here reads it
     ) as config:  # fmt: skip
         yield config
 

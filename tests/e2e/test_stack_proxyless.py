@@ -36,6 +36,7 @@ def proxyless_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackC
         "proxyless",
         model="simulated_gpu",
         proxyless="batcher",
+        prometheus=False,  # nothing here reads it
     ) as config:
         yield config
 

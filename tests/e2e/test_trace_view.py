@@ -65,6 +65,7 @@ def traced_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackConf
             model="simulated_gpu",
             tracing=True,
             mlflow=mlflow,
+            prometheus=False,  # nothing here reads it
         ) as config:
             yield config
 
