@@ -199,6 +199,8 @@ def wait_gone(claims: Sequence[Claim], timeout_s: float) -> bool:
             if time.monotonic() > deadline:
                 return False
             time.sleep(POLL_S)
+        if time.monotonic() > deadline:  # what keeps starting processes that end at once
+            return not _marked(claims)
     return True
 
 

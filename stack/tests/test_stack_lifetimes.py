@@ -196,3 +196,16 @@ def test_down_stops_what_no_pid_file_names_any_more(tmp_path: Path) -> None:
 def _parent(pid: int) -> int:
     stat = Path(f"/proc/{pid}/stat").read_text()
     return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def test_waiting_on_what_keeps_starting_short_lived_processes_ends_at_its_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each scan finds new processes, each gone before it is watched: the wait still ends."""
+    fresh = iter(range(2**22 + 1, 2**23))  # past any pid_max: never a live process
+    monkeypatch.setattr(
+        reaper,
+        "_marked",
+        lambda claims: {(pid := next(fresh)): (reaper.Proc(pid, 1, pid, 0), claims[0])},
+    )
+    assert reaper.wait_gone([reaper.Claim(owner="x")], 0.2) is False
