@@ -17,7 +17,9 @@ pipeline completes before its callers give up, so nothing is done for a caller w
 queues (and latency) stay as short as the callers' deadlines allow. It adapts by itself: more
 replicas downstream complete more items per second, so more is admitted. The measurement only
 counts once ``floor`` requests are in flight, where the pipeline is busy enough for the rate it
-completes to be its capacity rather than the demand.
+completes to be its capacity rather than the demand; and it counts only the time spent so busy
+(a busy clock), so a lull below the floor between two busy spells does not read as a slow
+pipeline (the completions in the lull are not counted: counting its time would dilute the rate).
 """
 
 from __future__ import annotations
@@ -72,21 +74,36 @@ class Admission:
         self.requests = 0
         self.items = 0
         self.bytes = 0
-        self._done: deque[tuple[float, int]] = deque()  # (when, items) completed in the window
+        # The busy clock: seconds spent with at least max(floor, 1) requests in flight.
+        self._busy_s = 0.0  # busy seconds before the present spell
+        self._busy_from: float | None = None  # when the present busy spell began (None: not busy)
+        self._idle_from: float | None = None  # when the last busy spell ended
+        self._done: deque[tuple[float, int]] = deque()  # (busy clock, items) done in the window
         self._done_items = 0
-        self._since: float | None = None  # when the measurement began (the last busy start)
+        self._since: float | None = None  # the busy clock when the measurement began
         # The quickest answer so far, seconds, by request size: bytes to the next power of two.
         self._fastest: dict[int, float] = {}
 
     def rate(self) -> float | None:
         """Items completed per second while busy, over the window; None until ``floor`` items
         (at least one) completed: too little to say what the pipeline can do."""
-        now = self.clock()
+        now = self._busy_clock(self.clock())
         self._trim(now)
         if self._done_items < max(self.limits.floor, 1) or self._since is None:
             return None
         span = min(self.limits.window_s, now - self._since)
         return self._done_items / max(span, self.limits.window_s / 8)
+
+    def _busy_clock(self, now: float) -> float:
+        """Busy seconds so far; a measurement is forgotten once idle for longer than the window
+        (the pipeline may have changed since, and it says nothing of now)."""
+        if self._busy_from is not None:
+            return self._busy_s + now - self._busy_from
+        if self._idle_from is not None and now - self._idle_from > self.limits.window_s:
+            self._done.clear()
+            self._done_items = 0
+            self._since = self._idle_from = None
+        return self._busy_s
 
     def admit(self, items: int, nbytes: int, time_left: float) -> Ticket:
         """A ticket for a request of ``items`` items and ``nbytes`` bytes, whose deadline leaves
@@ -118,10 +135,11 @@ class Admission:
         self.items += items
         self.bytes += nbytes
         now = self.clock()
-        if self.requests == max(limits.floor, 1):  # busy from now: measure from now
-            self._trim(now)
-            if not self._done:  # nothing measured in the window: idle time would count
-                self._since = now
+        if self.requests == max(limits.floor, 1):  # busy from now: the busy clock runs
+            busy = self._busy_clock(now)
+            self._busy_from = now
+            if self._since is None:
+                self._since = busy
         return Ticket(items, nbytes, now)
 
     def fastest(self, nbytes: int) -> float | None:
@@ -147,22 +165,25 @@ class Admission:
 
     def release(self, ticket: Ticket, completed: bool) -> None:
         """The request is over; ``completed``: it was answered, and its items count as done."""
+        now = self.clock()
+        if completed and ticket.items:
+            took = now - ticket.admitted
+            size = ticket.nbytes.bit_length()
+            self._fastest[size] = min(took, self._fastest.get(size, took))
+            if self._busy_from is not None:  # done while busy: what the pipeline can do
+                busy = self._busy_clock(now)
+                self._done.append((busy, ticket.items))
+                self._done_items += ticket.items
+                self._trim(busy)
         self.requests -= 1
         self.items -= ticket.items
         self.bytes -= ticket.nbytes
-        if not (completed and ticket.items):
-            return
-        now = self.clock()
-        took = now - ticket.admitted
-        size = ticket.nbytes.bit_length()
-        self._fastest[size] = min(took, self._fastest.get(size, took))
-        if self.requests + 1 >= self.limits.floor:
-            self._done.append((now, ticket.items))
-            self._done_items += ticket.items
-            self._trim(now)
+        if self._busy_from is not None and self.requests < max(self.limits.floor, 1):
+            self._busy_s = self._busy_clock(now)  # the busy spell ends: its clock stops
+            self._busy_from, self._idle_from = None, now
 
-    def _trim(self, now: float) -> None:
-        start = now - self.limits.window_s
+    def _trim(self, busy: float) -> None:
+        start = busy - self.limits.window_s
         while self._done and self._done[0][0] <= start:
             self._done_items -= self._done.popleft()[1]
         if self._since is not None and self._since < start:

@@ -191,3 +191,18 @@ def test_idle_time_before_a_busy_spell_does_not_count() -> None:
     clock.now += 0.25
     admission.release(held[3], completed=True)
     assert admission.rate() == pytest.approx(4 / 0.5)
+
+
+def test_a_lull_below_the_floor_between_busy_spells_does_not_dilute_the_rate() -> None:
+    # At 70% load a hiccup lifts the requests in flight over the floor, then they fall under it:
+    # busy spells with lulls between, whose completions are not measured. Were the lulls' time
+    # counted, the rate would read half the pipeline's and refuse requests it would finish in
+    # time (the soak's one RESOURCE_EXHAUSTED: "53 items in flight at the measured 18 items/s").
+    clock = FakeClock()
+    admission = Admission(Limits(1000, 10**9, floor=4, window_s=2.0), clock)
+    finish(admission, clock, count=100, over_s=1.0, items=1)  # 100/s; busy for 97 of them
+    clock.now += 1.0  # a lull
+    finish(admission, clock, count=100, over_s=1.0, items=1)
+    assert admission.rate() == pytest.approx(100.0)
+    for _ in range(190):  # 1.9 s of work at 100/s: admitted within a 3.5 s deadline (60%)
+        admission.admit(1, 1, 3.5)
