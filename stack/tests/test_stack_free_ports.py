@@ -33,3 +33,15 @@ def test_a_workers_series_lie_whole_within_its_slice(monkeypatch: pytest.MonkeyP
     for _ in range(20):
         base = ports.free_series(step, MAX_REPLICAS, set())
         assert low <= base and base + step * (MAX_REPLICAS - 1) < high
+
+
+def test_a_servers_free_ports_lie_below_the_ephemeral_range_in_the_workers_slice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An ephemeral port free when picked may be an outgoing connection's when its server binds it.
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    low, high = ports.worker_slice(ports.LOWEST, ports.ephemeral_floor())
+    picked = [*ports.free_ports(3), *(ports.free_port() for _ in range(20))]
+    assert len(set(picked)) == len(picked)  # never the same one twice
+    assert all(low <= port < high and ports.bindable(port) for port in picked)

@@ -7,12 +7,12 @@ then, and a port of that range free at the start may meanwhile be an outgoing co
 GPU pod scaled up under load failed to bind its preprocess so: "address already in use").
 Under pytest-xdist each worker draws them from a slice of that range of its own: two workers'
 stacks cannot see each other's series until they bind them (a trace-view stack's GPU pod found
-its preprocess port taken by the other worker's stack).
+its preprocess port taken by the other worker's stack). :func:`free_port` draws a server's
+port that a test starts on its own from the same slice, for the same reasons.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import socket
@@ -30,30 +30,23 @@ from inferline_stack.config import (
 ATTEMPTS = 200
 
 
-_GIVEN: set[int] = set()  # every port free_port handed out in this process
+_GIVEN: set[int] = set()  # every port this process handed out
 
 
 def free_port() -> int:
-    """A port free now, never one this process was given before: the kernel may hand the same
-    ephemeral port to two binds in a row, and two settings given one port collide when the
-    second is bound (an eds's metrics and gRPC ports did)."""
-    for _ in range(ATTEMPTS):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port not in _GIVEN:
-            _GIVEN.add(port)
-            return port
-    raise OSError(f"no free port not handed out before after {ATTEMPTS} attempts")
+    """A free port for a server a test starts (:func:`free_ports`)."""
+    return free_ports(1)[0]
 
 
 def free_ports(count: int) -> list[int]:
-    """``count`` different free ports (held together while they are picked)."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
+    """``count`` different ports, free now, below the kernel's ephemeral range and within this
+    worker's slice of it, never handed out before in this process. A port the kernel hands out
+    for ``bind(("", 0))`` lies in that range: free when picked, it may be an outgoing
+    connection's by the time its server binds it, a second later on a busy machine (a session
+    middleman failed to start so: "Address already in use"); and the kernel may hand the same
+    one to two binds in a row (an eds's metrics and gRPC ports collided)."""
+    taken: set[int] = set()
+    return [free_series(0, 1, taken) for _ in range(count)]
 
 
 def bindable(port: int) -> bool:
