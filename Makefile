@@ -147,10 +147,11 @@ grafana: ## Grafana (official container) on :3000 with inferline's dashboards, r
 # make test spreads its tests over TEST_WORKERS processes (pytest-xdist): each worker starts a
 # stack of its own where its tests need one, a module's tests stay on one worker (conftest.py),
 # and the network-fault tests, which change the machine's routing rules, on one at a time.
-# TEST_WORKERS=3 is slower on two cores (its stacks and loads contend): docs/testing.md.
-TEST_WORKERS ?= 2
+# Three beat two on two cores, since much of the suite waits (loads, a network cut, stops):
+# docs/testing.md has the figures.
+TEST_WORKERS ?= 3
 test: MODELS = efficientnet_lite0 efficientnet_lite2  # the session's stack serves both
-test: model ## run every test (unit, service and end-to-end through the real Triton server) over TEST_WORKERS=2 processes; make test-containers runs the images
+test: model ## run every test (unit, service and end-to-end through the real Triton server) over TEST_WORKERS=3 processes; make test-containers runs the images
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/containers $(PYTEST_ARGS)
 
 test-fast: setup ## the unit and service tests, no stack and no end-to-end test, spread over the cores: the check before a commit (make test runs everything)
