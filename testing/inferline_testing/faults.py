@@ -99,20 +99,22 @@ class FaultRun:
         }
 
 
-def victims(tier: str, fault: str, pgid: int) -> list[int]:
-    """The pids ``fault`` hits in the replica of ``tier`` whose process group is ``pgid``:
-    every one, but for ``triton`` the Triton server alone, and for a GPU pod that hangs its
-    front door, the preprocess (Triton's Python backend, PyTriton's, crashes when resumed
-    after a pause of seconds: a hang of the whole pod ends in a restart, another case)."""
+def victims(tier: str, fault: str, pgid: int) -> list[int] | None:
+    """The pids ``fault`` hits in the replica of ``tier`` whose process group is ``pgid``, or
+    None for the whole group (:func:`strike` signals it at once): for ``triton`` the Triton
+    server alone, and for a GPU pod that hangs its front door, the preprocess (Triton's Python
+    backend, PyTriton's, crashes when resumed after a pause of seconds: a hang of the whole pod
+    ends in a restart, another case)."""
 
-    def hit(argv: list[str]) -> bool:
-        if tier == "triton":
-            return bool(argv) and argv[0].endswith("tritonserver")
-        if tier == "gpu pod" and fault == STOP:
-            return argv[1:3] == ["-m", "preprocess"]
-        return True
-
-    chosen = [pid for pid in group_pids(pgid) if hit(_argv(pid))]
+    members = group_pids(pgid)
+    if tier == "triton":
+        chosen = [pid for pid in members if _argv(pid)[0].endswith("tritonserver")]
+    elif tier == "gpu pod" and fault == STOP:
+        chosen = [pid for pid in members if _argv(pid)[1:3] == ["-m", "preprocess"]]
+    elif members:
+        return None
+    else:
+        chosen = []
     if not chosen:
         raise AssertionError(f"nothing of {tier} to hit in process group {pgid}")
     return chosen
@@ -122,10 +124,18 @@ def _argv(pid: int) -> list[str]:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
-        return []
+        return [""]
 
 
-def signal_all(pids: Sequence[int], signum: int) -> None:
+def strike(pgid: int, pids: Sequence[int] | None, signum: int) -> None:
+    """``signum`` to ``pids``, or to the whole process group ``pgid`` at once (None). A pod lost
+    whole dies at once. Signalled one by one, its supervisor's death sent the rest SIGTERM
+    (PR_SET_PDEATHSIG) before their own SIGKILL: they began a graceful stop, Envoy still
+    sending, which is another fault (a CI run failed two requests CANCELLED at such a kill)."""
+    if pids is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signum)
+        return
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
@@ -201,7 +211,7 @@ async def lose_one(
         served = await routed(config, replica)
         lost = loop.time()
         answered = load.answered
-        signal_all(hit, signal.SIGKILL if fault == KILL else signal.SIGSTOP)
+        strike(pgid, hit, signal.SIGKILL if fault == KILL else signal.SIGSTOP)
         if proxyless:  # no Envoy to ask: detected once the callers are answered again
             await wait_for_state(
                 lambda: load.answered >= answered + concurrency, WAIT_S, "answers after the loss"
@@ -214,7 +224,7 @@ async def lose_one(
             lambda: load.answered >= answered + after, WAIT_S, f"{after} answers after the loss"
         )
     if fault == STOP:
-        signal_all(hit, signal.SIGCONT)
+        strike(pgid, hit, signal.SIGCONT)
         if proxyless:
 
             async def serving_again() -> bool:
