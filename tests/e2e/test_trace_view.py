@@ -103,13 +103,21 @@ async def test_the_stacks_trace_view_holds_one_request_from_every_process(
             await classify(config, unsampled())
             await asyncio.sleep(0.2)
 
+    seen: set[str] = set()  # the span names MLflow holds so far: a timeout says which lack
+
+    def complete() -> bool:
+        seen.update(s["name"] for s in spans_of(config, trace_id))
+        return seen >= WANTED
+
     follow = asyncio.create_task(traffic())
     try:
         await wait_for_state(
-            lambda: {s["name"] for s in spans_of(config, trace_id)} >= WANTED,
+            complete,
             WAIT_S,
             "the sampled request's spans in MLflow, from Envoy, the services and Triton",
         )
+    except TimeoutError as exc:
+        raise TimeoutError(f"{exc}; missing {sorted(WANTED - seen)}") from None
     finally:
         follow.cancel()
         with contextlib.suppress(asyncio.CancelledError):
